@@ -1,0 +1,233 @@
+//! Reading a pipeline YAML: interpolation, parsing, errors that point at the problem.
+
+use std::path::{Path, PathBuf};
+
+use super::{PipelineConfig, SinkConfig, SourceConfig};
+
+/// A pipeline file that cannot be used. The message names the file, line and field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file could be read but is not a valid pipeline.
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (0 when unknown).
+        line: usize,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+}
+
+/// Loads the pipeline at `path`, resolving relative paths against its folder.
+pub fn load(path: &Path) -> Result<PipelineConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut cfg = load_str(path, &text, &|k| std::env::var(k).ok())?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    resolve_paths(&mut cfg, base);
+    Ok(cfg)
+}
+
+/// Parses pipeline YAML `text` (named `path` in errors), with `env` for `${VAR}`.
+pub fn load_str(path: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PipelineConfig, ConfigError> {
+    let invalid = |line: usize, message: String| ConfigError::Invalid {
+        path: path.to_owned(),
+        line,
+        message,
+    };
+    let text = interpolate(text, env).map_err(|(line, m)| invalid(line, m))?;
+    let de = serde_yaml::Deserializer::from_str(&text);
+    let cfg: PipelineConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner.location().map_or(0, |l| l.line());
+        let mut msg = strip_location(&inner.to_string());
+        if let Some(s) = suggestion(&msg) {
+            msg.push_str(&format!("; did you mean `{s}`?"));
+        }
+        let at = if field == "." { String::new() } else { format!("field `{field}`: ") };
+        invalid(line, format!("{at}{msg}"))
+    })?;
+    validate(&cfg, &text).map_err(|(line, m)| invalid(line, m))?;
+    Ok(cfg)
+}
+
+/// serde_yaml appends " at line L column C"; the line is reported separately.
+fn strip_location(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_owned(),
+        None => msg.to_owned(),
+    }
+}
+
+/// For "unknown field `x`, expected one of `a`, `b`" (and variants), the nearest valid name.
+fn suggestion(msg: &str) -> Option<String> {
+    let rest = msg.strip_prefix("unknown field `").or_else(|| msg.strip_prefix("unknown variant `"))?;
+    let (bad, rest) = rest.split_once('`')?;
+    let candidates: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(bad, c), c))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c.to_owned())
+}
+
+/// Replaces `${NAME}` and `${NAME:-default}`; `$${` stays a literal `${`.
+fn interpolate(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, (usize, String)> {
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let mut rest = line;
+        while let Some(pos) = rest.find("${") {
+            if rest[..pos].ends_with('$') {
+                out.push_str(&rest[..pos - 1]);
+                out.push_str("${");
+                rest = &rest[pos + 2..];
+                continue;
+            }
+            out.push_str(&rest[..pos]);
+            let after = &rest[pos + 2..];
+            let end = after
+                .find('}')
+                .ok_or_else(|| (i + 1, "unterminated `${` (write `$${` for a literal)".to_owned()))?;
+            let expr = &after[..end];
+            let (name, default) = match expr.split_once(":-") {
+                Some((n, d)) => (n, Some(d)),
+                None => (expr, None),
+            };
+            match env(name).or_else(|| default.map(str::to_owned)) {
+                Some(v) => out.push_str(&v),
+                None => {
+                    return Err((
+                        i + 1,
+                        format!("environment variable `{name}` is not set (use `${{{name}:-default}}` for a default)"),
+                    ))
+                }
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+    }
+    Ok(out)
+}
+
+/// The 1-based line where `needle` first appears after `from_line` (best effort, for errors).
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines().position(|l| l.contains(needle)).map_or(0, |i| i + 1)
+}
+
+fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, s) in cfg.stages.iter().enumerate() {
+        if s.name.is_empty() {
+            return Err((line_of(text, "name:"), format!("field `stages[{i}].name`: must not be empty")));
+        }
+        if !seen.insert(s.name.as_str()) {
+            return Err((
+                line_of(text, &format!("name: {}", s.name)),
+                format!("field `stages[{i}].name`: stage name `{}` is used twice", s.name),
+            ));
+        }
+        if s.limits.timeout.is_zero() {
+            return Err((line_of(text, "timeout:"), format!("field `stages[{i}].limits.timeout`: must be above zero")));
+        }
+    }
+    if cfg.batch.max_messages == 0 {
+        return Err((line_of(text, "max_messages:"), "field `batch.max_messages`: must be at least 1".into()));
+    }
+    Ok(())
+}
+
+fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
+    let fix = |p: &mut PathBuf| {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    };
+    if let SourceConfig::Jsonl(s) = &mut cfg.source {
+        fix(&mut s.path);
+    }
+    for sink in std::iter::once(&mut cfg.sink).chain(cfg.reject.as_mut()) {
+        if let SinkConfig::Jsonl(s) = sink {
+            fix(&mut s.path);
+        }
+    }
+    for s in &mut cfg.stages {
+        fix(&mut s.plugin);
+    }
+    if let Some(d) = &mut cfg.runtime.cache_dir {
+        fix(d);
+    }
+    if let Some(r) = &mut cfg.runtime.report {
+        fix(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<PipelineConfig, String> {
+        load_str(Path::new("p.yaml"), text, &|k| (k == "SET").then(|| "out.jsonl".to_owned())).map_err(|e| e.to_string())
+    }
+
+    const OK: &str = "source:\n  jsonl: { path: in.jsonl }\nsink:\n  jsonl: { path: ${SET} }\n";
+
+    #[test]
+    fn minimal_pipeline_parses_with_env() {
+        let cfg = parse(OK).unwrap();
+        let SinkConfig::Jsonl(s) = cfg.sink else { panic!() };
+        assert_eq!(s.path, PathBuf::from("out.jsonl"));
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_field_and_suggestion() {
+        let text = "source:\n  jsonl: { path: in.jsonl }\nsink:\n  discard: {}\nstages:\n  - name: a\n    plugin: a.wasm\n    limts: {}\n";
+        let err = parse(text).unwrap_err();
+        assert!(err.starts_with("p.yaml:8: field `stages[0]`"), "{err}");
+        assert!(err.contains("unknown field `limts`"), "{err}");
+        assert!(err.contains("did you mean `limits`?"), "{err}");
+    }
+
+    #[test]
+    fn bad_size_and_duration_name_the_field() {
+        let text = format!("{OK}stages:\n  - name: a\n    plugin: a.wasm\n    limits: {{ memory: lots }}\n");
+        let err = parse(&text).unwrap_err();
+        assert!(err.contains("stages[0].limits.memory"), "{err}");
+        let text = format!("{OK}batch:\n  linger: soon\n");
+        let err = parse(&text).unwrap_err();
+        assert!(err.contains("batch.linger") && err.starts_with("p.yaml:6"), "{err}");
+    }
+
+    #[test]
+    fn unset_env_is_an_error_with_line() {
+        let err = parse("source:\n  jsonl: { path: ${NOPE} }\n").unwrap_err();
+        assert!(err.starts_with("p.yaml:2:") && err.contains("`NOPE` is not set"), "{err}");
+        let cfg = parse("source:\n  jsonl: { path: ${NOPE:-x.jsonl} }\nsink:\n  discard: {}\n").unwrap();
+        let SourceConfig::Jsonl(s) = cfg.source else { panic!() };
+        assert_eq!(s.path, PathBuf::from("x.jsonl"));
+    }
+
+    #[test]
+    fn unknown_variant_is_suggested() {
+        let err = parse("source:\n  jsnl: { path: in.jsonl }\nsink:\n  discard: {}\n").unwrap_err();
+        assert!(err.contains("did you mean `jsonl`?"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_stage_names_are_refused() {
+        let text = format!("{OK}stages:\n  - name: a\n    plugin: a.wasm\n  - name: a\n    plugin: b.wasm\n");
+        assert!(parse(&text).unwrap_err().contains("used twice"));
+    }
+}

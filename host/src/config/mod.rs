@@ -1,0 +1,286 @@
+//! The pipeline YAML: one [`PipelineConfig`] per file.
+//!
+//! Every struct denies unknown fields; [`load`] turns any problem into an error that names the
+//! file, line and field and suggests the nearest valid key. Sizes are human (`64MiB`), durations
+//! too (`50ms`), `${ENV}` / `${ENV:-default}` are interpolated, and paths are relative to the
+//! YAML file. `weir schema` prints the JSON Schema generated from these structs
+//! (committed as `docs/weir.schema.json`).
+
+mod load;
+mod size;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+pub use load::{load, load_str, ConfigError};
+pub use size::ByteSize;
+
+/// A whole pipeline: a source, stages in order, a sink and a reject path.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Pipeline name, used in logs and the run report.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Where messages come from.
+    pub source: SourceConfig,
+    /// The stages, applied in order. May be empty (a pass-through pipeline).
+    #[serde(default)]
+    pub stages: Vec<StageConfig>,
+    /// Where messages that pass every stage go.
+    pub sink: SinkConfig,
+    /// Where rejected messages go (the dead-letter path). Default: discard (counted).
+    #[serde(default)]
+    pub reject: Option<SinkConfig>,
+    /// How messages are grouped into batches for the stages.
+    #[serde(default)]
+    pub batch: BatchConfig,
+    /// Engine-wide settings.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+}
+
+fn default_name() -> String {
+    "weir".into()
+}
+
+/// Where messages come from.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceConfig {
+    /// A JSONL file, one message per line (see docs/messages.md). Ends the run at end of file.
+    Jsonl(JsonlSource),
+    /// JSONL on standard input, until end of input.
+    Stdin(StdinSource),
+}
+
+/// A JSONL file source.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JsonlSource {
+    /// File to read, relative to the YAML file.
+    pub path: PathBuf,
+    /// Topic name stages see as the source topic. Default: the file name without extension.
+    #[serde(default)]
+    pub topic: Option<String>,
+}
+
+/// Standard input as a source.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StdinSource {
+    /// Topic name stages see as the source topic. Default: `stdin`.
+    #[serde(default)]
+    pub topic: Option<String>,
+}
+
+/// Where messages go.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SinkConfig {
+    /// Append JSONL to a file (created or truncated at start).
+    Jsonl(JsonlSink),
+    /// JSONL on standard output.
+    Stdout(EmptySink),
+    /// Count and drop.
+    Discard(EmptySink),
+}
+
+/// A JSONL file sink.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JsonlSink {
+    /// File to write, relative to the YAML file.
+    pub path: PathBuf,
+}
+
+/// A sink without settings.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmptySink {}
+
+/// One stage of the chain.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StageConfig {
+    /// Stage name (unique in the pipeline): used in logs, metrics, reject records and errors.
+    pub name: String,
+    /// The stage's component (`.wasm`), relative to the YAML file.
+    pub plugin: PathBuf,
+    /// Handed to the stage's `init` as string pairs (numbers and booleans are rendered as text).
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub config: BTreeMap<String, serde_yaml::Value>,
+    /// Sandbox limits.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// What happens to a message the stage traps on (or times out on, or floods output for).
+    #[serde(default)]
+    pub on_trap: TrapPolicy,
+    /// Which contract to call: `auto` uses the packed batch path when the component exports it.
+    #[serde(default)]
+    pub contract: ContractChoice,
+}
+
+/// Per-stage sandbox limits.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Most linear memory the stage instance may hold (e.g. `64MiB`).
+    #[serde(default = "default_memory")]
+    pub memory: ByteSize,
+    /// Longest one call may run (a whole batch on the batch path, e.g. `200ms`).
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+    /// Most bytes (keys, values, headers, topics) the stage may emit for one input message.
+    #[serde(default = "default_max_output")]
+    pub max_output: ByteSize,
+}
+
+fn default_memory() -> ByteSize {
+    ByteSize(64 << 20)
+}
+fn default_timeout() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_max_output() -> ByteSize {
+    ByteSize(4 << 20)
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            memory: default_memory(),
+            timeout: default_timeout(),
+            max_output: default_max_output(),
+        }
+    }
+}
+
+/// What happens to a message a stage traps on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TrapPolicy {
+    /// Send it to the reject path with the trap as the reason, and go on.
+    #[default]
+    Reject,
+    /// Stop the pipeline (as if the stage said `fail`).
+    Fail,
+}
+
+/// Which stage contract the host calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ContractChoice {
+    /// The packed batch path when exported, else the typed path.
+    #[default]
+    Auto,
+    /// Always the typed per-message path.
+    Typed,
+    /// The packed batch path; an error if the component lacks it.
+    Batch,
+}
+
+/// How messages are grouped into batches.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Most messages per batch.
+    #[serde(default = "default_max_messages")]
+    pub max_messages: usize,
+    /// Most payload bytes per batch (a single larger message still goes alone).
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: ByteSize,
+    /// Longest wait for a batch to fill before it goes anyway.
+    #[serde(default = "default_linger", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub linger: Duration,
+}
+
+fn default_max_messages() -> usize {
+    256
+}
+fn default_max_bytes() -> ByteSize {
+    ByteSize(1 << 20)
+}
+fn default_linger() -> Duration {
+    Duration::from_millis(5)
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_messages: default_max_messages(),
+            max_bytes: default_max_bytes(),
+            linger: default_linger(),
+        }
+    }
+}
+
+/// Engine-wide settings.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Where compiled components are cached. Default: `$WEIR_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/weir`, else `~/.cache/weir`.
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// Reload a stage when its plugin file changes (SIGHUP reloads every stage regardless).
+    #[serde(default = "default_true")]
+    pub watch_plugins: bool,
+    /// Where to write the JSON run report at exit (relative to the YAML file).
+    #[serde(default)]
+    pub report: Option<PathBuf>,
+    /// Longest a SIGINT/SIGTERM drain may take before the process stops anyway.
+    #[serde(default = "default_drain", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub drain_timeout: Duration,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_drain() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            cache_dir: None,
+            watch_plugins: true,
+            report: None,
+            drain_timeout: default_drain(),
+        }
+    }
+}
+
+impl StageConfig {
+    /// The `config` map as the string pairs `init` receives.
+    pub fn config_pairs(&self) -> Vec<(String, String)> {
+        self.config
+            .iter()
+            .map(|(k, v)| {
+                let s = match v {
+                    serde_yaml::Value::String(s) => s.clone(),
+                    serde_yaml::Value::Null => String::new(),
+                    serde_yaml::Value::Bool(b) => b.to_string(),
+                    serde_yaml::Value::Number(n) => n.to_string(),
+                    other => serde_json::to_string(other).unwrap_or_default(),
+                };
+                (k.clone(), s)
+            })
+            .collect()
+    }
+}
+
+/// The JSON Schema of the pipeline YAML.
+pub fn schema() -> String {
+    let schema = schemars::schema_for!(PipelineConfig);
+    serde_json::to_string_pretty(&schema).expect("a schema always serializes") + "\n"
+}

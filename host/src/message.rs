@@ -1,0 +1,65 @@
+//! The host's message: what flows between source, stages and sinks.
+
+use std::sync::Arc;
+
+/// One message header (Kafka allows null values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Header name.
+    pub key: String,
+    /// Header value.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A message as stages see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    /// The key.
+    pub key: Option<Vec<u8>>,
+    /// The value.
+    pub value: Option<Vec<u8>>,
+    /// Headers in order.
+    pub headers: Vec<Header>,
+    /// Milliseconds since the Unix epoch.
+    pub timestamp: Option<i64>,
+    /// Output topic set by a stage (routing); `None` means the sink's default.
+    pub topic: Option<String>,
+}
+
+impl Message {
+    /// Bytes of payload: key, value, headers and topic.
+    pub fn byte_len(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len)
+            + self.value.as_ref().map_or(0, Vec::len)
+            + self.topic.as_ref().map_or(0, String::len)
+            + self
+                .headers
+                .iter()
+                .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+                .sum::<usize>()
+    }
+
+    /// Headers as the packed writers take them.
+    pub fn header_pairs(&self) -> impl ExactSizeIterator<Item = (&str, Option<&[u8]>)> {
+        self.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref()))
+    }
+}
+
+/// Where a batch came from: one topic and partition (a lane).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lane {
+    /// Source topic (for local sources, the source's name).
+    pub topic: Arc<str>,
+    /// Source partition.
+    pub partition: i32,
+}
+
+/// A message in flight with the source offset it descends from. Everything a stage emits
+/// for an input inherits the input's offset, so completion can be tracked per source offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// Source offset of the message this one descends from.
+    pub offset: i64,
+    /// The message.
+    pub msg: Message,
+}

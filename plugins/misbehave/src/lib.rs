@@ -1,0 +1,39 @@
+//! A hostile test fixture. What it does depends on the message value:
+//! `trap` panics, `loop` never returns, `bomb` allocates until memory runs out, `huge` emits a
+//! 16 MiB value, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; anything
+//! else passes unchanged. With config `init_error` set, `init` fails with that text.
+use weir_sdk::{Config, Message, Outcome};
+
+/// Reads the config.
+pub fn setup(config: &Config) -> Result<(), String> {
+    match config.get("init_error") {
+        Some(e) => Err(e.to_owned()),
+        None => Ok(()),
+    }
+}
+
+/// Misbehaves on request.
+#[weir_sdk::stage(init = setup)]
+pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
+    match msg.value_str().unwrap_or("") {
+        "trap" => panic!("misbehave: asked to trap at offset {}", msg.offset()),
+        "loop" => {
+            let mut n: u64 = 0;
+            loop {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        }
+        "bomb" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&hoard);
+            }
+        }
+        "huge" => Outcome::map(msg.to_owned().value(vec![b'x'; 16 << 20])),
+        "fail" => Outcome::fail(format!("asked to fail at offset {}", msg.offset())),
+        "reject" => Outcome::reject("asked to reject"),
+        "dup" => Outcome::Next(vec![msg.to_owned(), msg.to_owned()]),
+        _ => Outcome::Keep,
+    }
+}

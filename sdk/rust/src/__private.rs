@@ -1,0 +1,126 @@
+//! Glue between the component exports and a [`Stage`]. Not part of the public API.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+use crate::message::{HeaderView, Message};
+use crate::{Config, Level, Outcome, Stage};
+
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "stage-fast",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "__export_stage",
+        default_bindings_module: "weir_sdk::__private::bindings",
+    });
+}
+
+pub use bindings::__export_stage;
+pub use bindings::exports::weir::stage::batch::Guest as BatchGuest;
+pub use bindings::exports::weir::stage::stage::Guest as StageGuest;
+use bindings::weir::stage::log as host_log;
+pub use bindings::weir::stage::types::{Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome};
+use bindings::weir::stage::types::Header as WitHeader;
+
+/// The per-instance state cell the export macro declares.
+pub type State<T> = LocalKey<RefCell<Option<T>>>;
+
+pub fn log(level: Level, message: &str) {
+    let level = match level {
+        Level::Trace => host_log::Level::Trace,
+        Level::Debug => host_log::Level::Debug,
+        Level::Info => host_log::Level::Info,
+        Level::Warn => host_log::Level::Warn,
+        Level::Error => host_log::Level::Error,
+    };
+    host_log::log(level, message);
+}
+
+pub fn init<T: Stage>(state: &'static State<T>, config: Vec<(String, String)>) -> Result<(), String> {
+    let stage = T::init(&Config::from_pairs(config))?;
+    state.with(|s| *s.borrow_mut() = Some(stage));
+    Ok(())
+}
+
+fn with_stage<T: Stage, R>(state: &'static State<T>, f: impl FnOnce(&T) -> R) -> R {
+    state.with(|s| {
+        let s = s.borrow();
+        let stage = s.as_ref().expect("weir: process called before init");
+        f(stage)
+    })
+}
+
+pub fn process_typed<T: Stage>(state: &'static State<T>, msg: WitMessage, meta: WitMetadata) -> WitOutcome {
+    let headers: Vec<(String, Option<Vec<u8>>)> = msg.headers.into_iter().map(|h| (h.key, h.value)).collect();
+    let view = Message {
+        key: msg.key.as_deref(),
+        value: msg.value.as_deref(),
+        headers: HeaderView::Owned(&headers),
+        timestamp: msg.timestamp,
+        topic: &meta.topic,
+        partition: meta.partition,
+        offset: meta.offset,
+    };
+    match with_stage(state, |s| s.process(&view)) {
+        Outcome::Keep => WitOutcome::Keep,
+        Outcome::Next(out) => WitOutcome::Next(
+            out.into_iter()
+                .map(|m| WitMessage {
+                    key: m.key,
+                    value: m.value,
+                    headers: m.headers.into_iter().map(|(key, value)| WitHeader { key, value }).collect(),
+                    timestamp: m.timestamp,
+                    topic: m.topic,
+                })
+                .collect(),
+        ),
+        Outcome::Reject(r) => WitOutcome::Reject(r),
+        Outcome::Fail(r) => WitOutcome::Fail(r),
+    }
+}
+
+pub fn process_batch<T: Stage>(state: &'static State<T>, input: &[u8]) -> Vec<u8> {
+    let reader = match weir_abi::BatchReader::new(input) {
+        Ok(r) => r,
+        Err(e) => panic!("weir: {e}"),
+    };
+    let (topic, partition) = (reader.topic, reader.partition);
+    let mut out = weir_abi::ResultWriter::new(reader.count as usize);
+    with_stage(state, |stage| {
+        for m in reader {
+            let m = m.unwrap_or_else(|e| panic!("weir: {e}"));
+            let view = Message {
+                key: m.key,
+                value: m.value,
+                headers: HeaderView::Packed(m.headers),
+                timestamp: m.timestamp,
+                topic,
+                partition,
+                offset: m.offset,
+            };
+            match stage.process(&view) {
+                Outcome::Keep => out.keep(),
+                Outcome::Next(msgs) => {
+                    out.next(msgs.len());
+                    for o in &msgs {
+                        out.message(
+                            o.timestamp,
+                            o.topic.as_deref(),
+                            o.key.as_deref(),
+                            o.value.as_deref(),
+                            o.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())),
+                        );
+                    }
+                }
+                Outcome::Reject(r) => out.reject(&r),
+                Outcome::Fail(r) => {
+                    out.fail(&r);
+                    break;
+                }
+            }
+        }
+    });
+    out.finish()
+}
