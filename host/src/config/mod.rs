@@ -48,9 +48,9 @@ fn default_name() -> String {
     "weir".into()
 }
 
-/// Where messages come from.
+/// Where messages come from: a map with exactly one key naming the kind.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", try_from = "SourceSpec")]
 pub enum SourceConfig {
     /// A JSONL file, one message per line (see docs/messages.md). Ends the run at end of file.
     Jsonl(JsonlSource),
@@ -78,9 +78,9 @@ pub struct StdinSource {
     pub topic: Option<String>,
 }
 
-/// Where messages go.
+/// Where messages go: a map with exactly one key naming the kind.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[serde(rename_all = "snake_case", try_from = "SinkSpec")]
 pub enum SinkConfig {
     /// Append JSONL to a file (created or truncated at start).
     Jsonl(JsonlSink),
@@ -88,6 +88,49 @@ pub enum SinkConfig {
     Stdout(EmptySink),
     /// Count and drop.
     Discard(EmptySink),
+}
+
+/// The YAML shape of a source (serde_yaml reads enums only from `!tags`, so the one-key map
+/// form is read through this struct).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceSpec {
+    jsonl: Option<JsonlSource>,
+    stdin: Option<StdinSource>,
+}
+
+impl TryFrom<SourceSpec> for SourceConfig {
+    type Error = String;
+
+    fn try_from(s: SourceSpec) -> Result<Self, String> {
+        match (s.jsonl, s.stdin) {
+            (Some(j), None) => Ok(SourceConfig::Jsonl(j)),
+            (None, Some(i)) => Ok(SourceConfig::Stdin(i)),
+            _ => Err("a source needs exactly one of `jsonl`, `stdin`".into()),
+        }
+    }
+}
+
+/// The YAML shape of a sink (see [`SourceSpec`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SinkSpec {
+    jsonl: Option<JsonlSink>,
+    stdout: Option<EmptySink>,
+    discard: Option<EmptySink>,
+}
+
+impl TryFrom<SinkSpec> for SinkConfig {
+    type Error = String;
+
+    fn try_from(s: SinkSpec) -> Result<Self, String> {
+        match (s.jsonl, s.stdout, s.discard) {
+            (Some(j), None, None) => Ok(SinkConfig::Jsonl(j)),
+            (None, Some(e), None) => Ok(SinkConfig::Stdout(e)),
+            (None, None, Some(e)) => Ok(SinkConfig::Discard(e)),
+            _ => Err("a sink needs exactly one of `jsonl`, `stdout`, `discard`".into()),
+        }
+    }
 }
 
 /// A JSONL file sink.

@@ -1,0 +1,32 @@
+//! `weir check`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn check(path: &Path) -> ExitCode {
+    let cfg = match crate::config::load(path) {
+        Ok(c) => c,
+        Err(e) => return super::bad_input(e),
+    };
+    let prepared = match crate::pipeline::prepare(&cfg) {
+        Ok(p) => p,
+        Err(e) => return super::bad_input(e),
+    };
+    println!("pipeline `{}`: {} stage(s), all instantiated and initialised", cfg.name, prepared.slots.len());
+    for (i, slot) in prepared.slots.iter().enumerate() {
+        let (_, plugin) = slot.current();
+        println!(
+            "  {}. {:<16} {}  contract={:?} plugin={} cache={:?} memory={} timeout={} max_output={}",
+            i + 1,
+            slot.spec.name,
+            plugin.path.display(),
+            plugin.contract,
+            plugin.short_hash(),
+            plugin.cache,
+            crate::config::ByteSize(slot.spec.memory as u64),
+            humantime::format_duration(slot.spec.timeout),
+            crate::config::ByteSize(slot.spec.max_output as u64),
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,95 @@
+//! The `weir` command line. Each subcommand lives in its own file.
+//!
+//! Exit codes: 0 success, 1 the pipeline failed (a stage said `fail`, or a sink broke),
+//! 2 bad configuration, plugin or usage.
+
+mod check;
+mod inspect;
+mod run;
+mod test;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Weir runs chains of sandboxed WebAssembly stages over a stream of messages.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a pipeline until its source ends, a stage fails, or SIGINT/SIGTERM.
+    Run(run::RunArgs),
+    /// Parse a pipeline, load and instantiate every stage, call `init`, print the chain.
+    Check {
+        /// The pipeline YAML.
+        pipeline: PathBuf,
+    },
+    /// Run one stage over local messages and print each outcome as a JSON line.
+    Test(test::TestArgs),
+    /// Show which contract a plugin implements and what it imports.
+    Inspect {
+        /// The plugin component (`.wasm`).
+        plugin: PathBuf,
+    },
+    /// Print the JSON Schema of the pipeline YAML.
+    Schema,
+}
+
+/// Exit code: the pipeline failed.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit code: bad configuration, plugin or usage.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_BAD_INPUT } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging(cli.log_format);
+    match cli.command {
+        Command::Run(args) => run::run(&args),
+        Command::Check { pipeline } => check::check(&pipeline),
+        Command::Test(args) => test::test(&args),
+        Command::Inspect { plugin } => inspect::inspect(&plugin),
+        Command::Schema => {
+            print!("{}", crate::config::schema());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Prints an error for bad input and returns exit code 2.
+fn bad_input(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {e}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}

@@ -1,0 +1,99 @@
+//! `weir test`: one stage over local messages, every outcome printed as a JSON line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::config::{ByteSize, ContractChoice, TrapPolicy};
+use crate::engine::{StageInstance, StageSpec, Verdict, WeirEngine};
+use crate::jsonl;
+use crate::message::{Envelope, Lane};
+
+/// Arguments of `weir test`.
+#[derive(Debug, clap::Args)]
+pub struct TestArgs {
+    /// The plugin component (`.wasm`).
+    plugin: PathBuf,
+    /// JSONL messages to run it on.
+    #[arg(long)]
+    input: PathBuf,
+    /// A config entry for `init`, `key=value` (repeatable).
+    #[arg(long = "config", value_parser = parse_kv)]
+    config: Vec<(String, String)>,
+    /// Call the typed per-message contract even if the packed path is exported.
+    #[arg(long)]
+    typed: bool,
+    /// Memory cap.
+    #[arg(long, default_value = "64MiB")]
+    memory: ByteSize,
+    /// Per-call deadline.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+pub fn test(args: &TestArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.input) {
+        Ok(t) => t,
+        Err(e) => return super::bad_input(format!("{}: {e}", args.input.display())),
+    };
+    let mut msgs = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        match jsonl::parse_line(line) {
+            Ok(msg) => msgs.push(Envelope { offset: i as i64, msg }),
+            Err(e) => return super::bad_input(format!("{}:{}: {e}", args.input.display(), i + 1)),
+        }
+    }
+    let engine = match WeirEngine::new(args.memory.bytes(), crate::engine::default_cache_dir()) {
+        Ok(e) => e,
+        Err(e) => return super::bad_input(e),
+    };
+    let plugin = match engine.load_plugin("test", &args.plugin) {
+        Ok(p) => Arc::new(p),
+        Err(e) => return super::bad_input(e),
+    };
+    let spec = Arc::new(StageSpec {
+        name: "test".into(),
+        config: args.config.clone(),
+        memory: args.memory.bytes(),
+        timeout: args.timeout,
+        max_output: 4 << 20,
+        on_trap: TrapPolicy::Reject,
+        contract: if args.typed { ContractChoice::Typed } else { ContractChoice::Auto },
+    });
+    let mut inst = match StageInstance::new(&engine, spec, plugin) {
+        Ok(i) => i,
+        Err(e) => return super::bad_input(e),
+    };
+    let lane = Lane { topic: "test".into(), partition: 0 };
+    // One message per call, so every outcome (traps included) is attributed exactly.
+    for env in &msgs {
+        let mut out = Vec::new();
+        let traps_before = inst.stats.traps + inst.stats.oversized;
+        if let Err(e) = inst.process(&lane, std::slice::from_ref(env), &mut out) {
+            return super::bad_input(e);
+        }
+        let trapped = inst.stats.traps + inst.stats.oversized > traps_before;
+        let line = match out.pop() {
+            Some(Verdict::Keep) => json!({"offset": env.offset, "outcome": "keep"}),
+            Some(Verdict::Next(m)) => json!({
+                "offset": env.offset,
+                "outcome": "next",
+                "messages": m.iter().map(|m| Value::Object(jsonl::message_json(m))).collect::<Vec<_>>(),
+            }),
+            Some(Verdict::Reject(r)) if trapped => json!({"offset": env.offset, "outcome": "trap", "reason": r}),
+            Some(Verdict::Reject(r)) => json!({"offset": env.offset, "outcome": "reject", "reason": r}),
+            Some(Verdict::Fail(r)) => json!({"offset": env.offset, "outcome": "fail", "reason": r}),
+            None => json!({"offset": env.offset, "outcome": "none"}),
+        };
+        println!("{line}");
+    }
+    ExitCode::SUCCESS
+}

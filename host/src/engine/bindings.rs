@@ -1,0 +1,15 @@
+//! The one place the WIT contract is turned into Rust (host side).
+
+wasmtime::component::bindgen!({
+    world: "stage-fast",
+    path: "../wit",
+});
+
+pub use exports::weir::stage::batch::{Guest as BatchGuest, GuestIndices as BatchIndices};
+pub use exports::weir::stage::stage::{Guest as StageGuest, GuestIndices as StageIndices};
+pub use weir::stage::types::{Header as WitHeader, Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome};
+
+/// The export a component must have to be a stage.
+pub const STAGE_EXPORT: &str = "weir:stage/stage@0.1.0";
+/// The export that marks the packed fast path.
+pub const BATCH_EXPORT: &str = "weir:stage/batch@0.1.0";

@@ -1,0 +1,397 @@
+//! One stage instance: a `Store` owned by one driver thread, its exports, and the sandbox rules
+//! (memory cap, deadline, output cap, trap recovery).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::{Store, Trap};
+
+use super::bindings::{BatchGuest, StageGuest, WitHeader, WitMessage, WitMetadata, WitOutcome};
+use super::{Plugin, StageState, WeirEngine, EPOCH_TICK};
+use crate::config::{ContractChoice, StageConfig, TrapPolicy};
+use crate::message::{Envelope, Header, Lane, Message};
+
+/// The parts of a stage's YAML an instance needs.
+#[derive(Debug, Clone)]
+pub struct StageSpec {
+    /// Stage name.
+    pub name: Arc<str>,
+    /// `init` config pairs.
+    pub config: Vec<(String, String)>,
+    /// Memory cap in bytes.
+    pub memory: usize,
+    /// Per-call deadline.
+    pub timeout: Duration,
+    /// Most bytes emitted per input message.
+    pub max_output: usize,
+    /// What a trap does to the message involved.
+    pub on_trap: TrapPolicy,
+    /// Which contract to call.
+    pub contract: ContractChoice,
+}
+
+impl From<&StageConfig> for StageSpec {
+    fn from(c: &StageConfig) -> Self {
+        StageSpec {
+            name: c.name.as_str().into(),
+            config: c.config_pairs(),
+            memory: c.limits.memory.bytes(),
+            timeout: c.limits.timeout,
+            max_output: c.limits.max_output.bytes(),
+            on_trap: c.on_trap,
+            contract: c.contract,
+        }
+    }
+}
+
+/// What a stage decided for one input message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Continue unchanged.
+    Keep,
+    /// Continue as these messages (none: filtered out).
+    Next(Vec<Message>),
+    /// To the reject path with this reason.
+    Reject(String),
+    /// Stop the pipeline with this reason.
+    Fail(String),
+}
+
+/// Sandbox events an instance has seen.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SandboxStats {
+    /// Traps of any kind (including deadlines and memory).
+    pub traps: u64,
+    /// Calls stopped by the deadline.
+    pub timeouts: u64,
+    /// Calls stopped by the memory cap.
+    pub memory_exceeded: u64,
+    /// Messages whose output exceeded `max_output`.
+    pub oversized: u64,
+    /// Malformed packed results.
+    pub malformed: u64,
+    /// Times the instance was rebuilt after a trap.
+    pub restarts: u64,
+}
+
+/// An instance could not be built or rebuilt.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// Instantiation failed.
+    #[error("stage `{stage}` (plugin {hash}): cannot instantiate: {reason}")]
+    Instantiate {
+        /// Stage name.
+        stage: String,
+        /// Plugin version.
+        hash: String,
+        /// Why.
+        reason: String,
+    },
+    /// `init` returned an error or trapped.
+    #[error("stage `{stage}` (plugin {hash}): init failed: {reason}")]
+    Init {
+        /// Stage name.
+        stage: String,
+        /// Plugin version.
+        hash: String,
+        /// What the stage said.
+        reason: String,
+    },
+    /// The component lacks the contract the YAML asked for.
+    #[error("stage `{stage}`: `contract: batch` was asked for, but plugin {hash} only exports the typed contract")]
+    NoBatch {
+        /// Stage name.
+        stage: String,
+        /// Plugin version.
+        hash: String,
+    },
+}
+
+struct Live {
+    store: Store<StageState>,
+    stage: StageGuest,
+    batch: Option<BatchGuest>,
+}
+
+/// One instance of one stage, owned by one thread.
+pub struct StageInstance {
+    spec: Arc<StageSpec>,
+    plugin: Arc<Plugin>,
+    engine: WeirEngine,
+    live: Live,
+    buf: Vec<u8>,
+    /// Sandbox events so far.
+    pub stats: SandboxStats,
+}
+
+impl StageInstance {
+    /// Instantiates `plugin` for `spec` and calls `init`.
+    pub fn new(engine: &WeirEngine, spec: Arc<StageSpec>, plugin: Arc<Plugin>) -> Result<Self, InstanceError> {
+        if spec.contract == ContractChoice::Batch && plugin.batch_indices.is_none() {
+            return Err(InstanceError::NoBatch {
+                stage: spec.name.to_string(),
+                hash: plugin.short_hash().to_owned(),
+            });
+        }
+        let live = instantiate(engine, &spec, &plugin)?;
+        Ok(StageInstance {
+            spec,
+            plugin,
+            engine: engine.clone(),
+            live,
+            buf: Vec::new(),
+            stats: SandboxStats::default(),
+        })
+    }
+
+    /// The plugin this instance runs.
+    pub fn plugin(&self) -> &Arc<Plugin> {
+        &self.plugin
+    }
+
+    /// The stage's spec.
+    pub fn spec(&self) -> &Arc<StageSpec> {
+        &self.spec
+    }
+
+    /// True when calls go through the packed batch path.
+    pub fn uses_batch(&self) -> bool {
+        self.live.batch.is_some()
+    }
+
+    /// Decides every message of `batch`, in order, appending one verdict per message to `out`,
+    /// and stopping after the first `Fail`. An `Err` means the instance could not be rebuilt
+    /// after a trap, which stops the pipeline.
+    pub fn process(&mut self, lane: &Lane, batch: &[Envelope], out: &mut Vec<Verdict>) -> Result<(), InstanceError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.live.batch.is_some() {
+            match self.call_batch(lane, batch) {
+                Ok(verdicts) => {
+                    out.extend(verdicts);
+                    return Ok(());
+                }
+                Err(reason) => {
+                    tracing::warn!(stage = &*self.spec.name, plugin = self.plugin.short_hash(), messages = batch.len(),
+                        "batch call failed ({reason}); retrying its messages one by one");
+                    self.restart()?;
+                }
+            }
+            // Isolate the culprit: each message alone, rebuilding after each trap.
+            for env in batch {
+                let v = match self.call_batch(lane, std::slice::from_ref(env)) {
+                    Ok(mut v) => v.pop().unwrap_or(Verdict::Keep),
+                    Err(reason) => {
+                        self.restart()?;
+                        self.trapped(reason)
+                    }
+                };
+                let stop = matches!(v, Verdict::Fail(_));
+                out.push(v);
+                if stop {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        for env in batch {
+            let v = match self.call_typed(lane, env) {
+                Ok(v) => v,
+                Err(reason) => {
+                    self.restart()?;
+                    self.trapped(reason)
+                }
+            };
+            let stop = matches!(v, Verdict::Fail(_));
+            out.push(v);
+            if stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn trapped(&self, reason: String) -> Verdict {
+        match self.spec.on_trap {
+            TrapPolicy::Reject => Verdict::Reject(reason),
+            TrapPolicy::Fail => Verdict::Fail(reason),
+        }
+    }
+
+    /// Drops the poisoned store and builds a fresh instance of the same plugin.
+    fn restart(&mut self) -> Result<(), InstanceError> {
+        self.stats.restarts += 1;
+        self.live = instantiate(&self.engine, &self.spec, &self.plugin)?;
+        Ok(())
+    }
+
+    fn arm_deadline(&mut self) {
+        self.live.store.set_epoch_deadline(ticks(self.spec.timeout));
+    }
+
+    /// One packed call. `Err` carries the reason when the store must be rebuilt.
+    fn call_batch(&mut self, lane: &Lane, batch: &[Envelope]) -> Result<Vec<Verdict>, String> {
+        let mut w = weir_abi::BatchWriter::new(&mut self.buf, &lane.topic, lane.partition);
+        for e in batch {
+            let m = &e.msg;
+            w.push(e.offset, m.timestamp, m.key.as_deref(), m.value.as_deref(), m.header_pairs());
+        }
+        w.finish();
+        self.arm_deadline();
+        let guest = self.live.batch.as_ref().expect("checked by caller");
+        let result = guest.call_process_batch(&mut self.live.store, &self.buf);
+        let bytes = match result {
+            Ok(b) => b,
+            Err(e) => return Err(self.describe(&e)),
+        };
+        let reader = match weir_abi::ResultReader::new(&bytes, batch.len()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.stats.malformed += 1;
+                return Err(format!("stage returned a {e}"));
+            }
+        };
+        let max = self.spec.max_output;
+        let mut out = Vec::with_capacity(batch.len());
+        for v in reader {
+            out.push(match v {
+                weir_abi::Verdict::Keep => Verdict::Keep,
+                weir_abi::Verdict::Next(msgs) if msgs.byte_len() > max + 24 * msgs.len() => {
+                    self.stats.oversized += 1;
+                    self.trapped(oversize(msgs.byte_len(), max))
+                }
+                weir_abi::Verdict::Next(msgs) => Verdict::Next(
+                    msgs.iter()
+                        .map(|o| Message {
+                            key: o.key.map(<[u8]>::to_vec),
+                            value: o.value.map(<[u8]>::to_vec),
+                            headers: o
+                                .headers
+                                .iter()
+                                .map(|(k, v)| Header { key: k.to_owned(), value: v.map(<[u8]>::to_vec) })
+                                .collect(),
+                            timestamp: o.timestamp,
+                            topic: o.topic.map(str::to_owned),
+                        })
+                        .collect(),
+                ),
+                weir_abi::Verdict::Reject(r) => Verdict::Reject(r.to_owned()),
+                weir_abi::Verdict::Fail(r) => Verdict::Fail(r.to_owned()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// One typed call. `Err` carries the reason when the store must be rebuilt.
+    fn call_typed(&mut self, lane: &Lane, env: &Envelope) -> Result<Verdict, String> {
+        let m = &env.msg;
+        let msg = WitMessage {
+            key: m.key.clone(),
+            value: m.value.clone(),
+            headers: m.headers.iter().map(|h| WitHeader { key: h.key.clone(), value: h.value.clone() }).collect(),
+            timestamp: m.timestamp,
+            topic: None,
+        };
+        let meta = WitMetadata {
+            topic: lane.topic.to_string(),
+            partition: lane.partition,
+            offset: env.offset,
+        };
+        self.arm_deadline();
+        let outcome = match self.live.stage.call_process(&mut self.live.store, &msg, &meta) {
+            Ok(o) => o,
+            Err(e) => return Err(self.describe(&e)),
+        };
+        Ok(match outcome {
+            WitOutcome::Keep => Verdict::Keep,
+            WitOutcome::Next(msgs) => {
+                let msgs: Vec<Message> = msgs
+                    .into_iter()
+                    .map(|w| Message {
+                        key: w.key,
+                        value: w.value,
+                        headers: w.headers.into_iter().map(|h| Header { key: h.key, value: h.value }).collect(),
+                        timestamp: w.timestamp,
+                        topic: w.topic,
+                    })
+                    .collect();
+                let size: usize = msgs.iter().map(Message::byte_len).sum();
+                if size > self.spec.max_output {
+                    self.stats.oversized += 1;
+                    self.trapped(oversize(size, self.spec.max_output))
+                } else {
+                    Verdict::Next(msgs)
+                }
+            }
+            WitOutcome::Reject(r) => Verdict::Reject(r),
+            WitOutcome::Fail(r) => Verdict::Fail(r),
+        })
+    }
+
+    /// Turns a trap into a reason naming the limit it hit, with the guest's stderr.
+    fn describe(&mut self, err: &wasmtime::Error) -> String {
+        self.stats.traps += 1;
+        let text = format!("{err:#}");
+        let what = if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+            self.stats.timeouts += 1;
+            format!("deadline of {} exceeded", humantime::format_duration(self.spec.timeout))
+        } else if text.contains("growing memory") || text.contains("memory allocation failed") {
+            self.stats.memory_exceeded += 1;
+            format!("memory limit of {} exceeded", crate::config::ByteSize(self.spec.memory as u64))
+        } else {
+            let trap = err.downcast_ref::<Trap>().map(|t| t.to_string());
+            trap.unwrap_or_else(|| err.root_cause().to_string())
+        };
+        let stderr = self.live.store.data().stderr_tail();
+        if stderr.is_empty() {
+            format!("trap: {what}")
+        } else {
+            format!("trap: {what}; stderr: {stderr}")
+        }
+    }
+}
+
+fn oversize(size: usize, max: usize) -> String {
+    format!(
+        "output of {} exceeds max_output of {}",
+        crate::config::ByteSize(size as u64),
+        crate::config::ByteSize(max as u64)
+    )
+}
+
+/// Epoch ticks for a deadline (one extra: the current tick is partly over).
+fn ticks(d: Duration) -> u64 {
+    (d.as_nanos() / EPOCH_TICK.as_nanos()) as u64 + 1
+}
+
+fn instantiate(engine: &WeirEngine, spec: &StageSpec, plugin: &Plugin) -> Result<Live, InstanceError> {
+    let stage = spec.name.to_string();
+    let hash = plugin.short_hash().to_owned();
+    let mut store = Store::new(engine.engine(), StageState::new(spec.name.clone(), spec.memory));
+    store.limiter(|s| &mut s.limits);
+    // `init` may build tables or load data: give it ten call deadlines, at least five seconds.
+    store.set_epoch_deadline(ticks((spec.timeout * 10).max(Duration::from_secs(5))));
+    let fail = |reason: String| InstanceError::Instantiate {
+        stage: stage.clone(),
+        hash: hash.clone(),
+        reason,
+    };
+    let instance = plugin.pre.instantiate(&mut store).map_err(|e| fail(format!("{e:#}")))?;
+    let guest = plugin.stage_indices.load(&mut store, &instance).map_err(|e| fail(format!("{e:#}")))?;
+    let batch = match (&plugin.batch_indices, spec.contract) {
+        (Some(idx), ContractChoice::Auto | ContractChoice::Batch) => {
+            Some(idx.load(&mut store, &instance).map_err(|e| fail(format!("{e:#}")))?)
+        }
+        _ => None,
+    };
+    match guest.call_init(&mut store, &spec.config) {
+        Ok(Ok(())) => Ok(Live { store, stage: guest, batch }),
+        Ok(Err(reason)) => Err(InstanceError::Init { stage, hash, reason }),
+        Err(e) => {
+            let stderr = store.data().stderr_tail();
+            let reason = if stderr.is_empty() { format!("trap: {e:#}") } else { format!("trap: {e:#}; stderr: {stderr}") };
+            Err(InstanceError::Init { stage, hash, reason })
+        }
+    }
+}

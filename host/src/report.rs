@@ -1,0 +1,93 @@
+//! The run report: what a run did, printed as a summary and optionally written as JSON.
+
+use serde::Serialize;
+
+use crate::chain::{Failure, StageCounts};
+use crate::engine::SandboxStats;
+use crate::reload::ReloadStats;
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitState {
+    /// The source ended and everything was handled.
+    Completed,
+    /// SIGINT/SIGTERM: what was read was drained, then the run stopped.
+    Interrupted,
+    /// A stage said `fail` (or trapped under `on_trap: fail`), or a sink broke.
+    Failed,
+}
+
+/// One stage's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageReport {
+    /// Stage name.
+    pub name: String,
+    /// Plugin version (hash) running at the end.
+    pub plugin: String,
+    /// `batch` or `typed`.
+    pub contract: &'static str,
+    /// Outcome counts.
+    #[serde(flatten)]
+    pub counts: StageCounts,
+    /// Sandbox events.
+    pub sandbox: SandboxStats,
+}
+
+/// Everything a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Pipeline name.
+    pub pipeline: String,
+    /// How it ended.
+    pub state: ExitState,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// Messages read from the source.
+    pub read: u64,
+    /// Source lines that were not messages (sent to the reject path).
+    pub malformed: u64,
+    /// Messages written to the sink.
+    pub written: u64,
+    /// Messages written to the reject path.
+    pub rejected: u64,
+    /// Highest source offset such that it and everything below it was fully handled.
+    pub done_through_offset: Option<i64>,
+    /// Per stage, in chain order.
+    pub stages: Vec<StageReport>,
+    /// Plugin reloads.
+    pub reloads: ReloadStats,
+    /// Set when a stage failed.
+    pub failure: Option<Failure>,
+    /// Set when a sink or the source broke.
+    pub error: Option<String>,
+}
+
+impl RunReport {
+    /// The human summary printed at the end of a run.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "weir: pipeline `{}` {:?} in {} ms: read {}, written {}, rejected {}",
+            self.pipeline, self.state, self.duration_ms, self.read, self.written, self.rejected
+        );
+        if self.malformed > 0 {
+            s.push_str(&format!(" ({} malformed input lines)", self.malformed));
+        }
+        s.push('\n');
+        for st in &self.stages {
+            let c = &st.counts;
+            s.push_str(&format!(
+                "  stage {:<16} in {:>8}  keep {:>8}  next {:>8} (emitted {})  dropped {:>8}  rejected {:>6}  failed {}  traps {}  [{} {} ]\n",
+                st.name, c.input, c.keep, c.next, c.emitted, c.dropped, c.rejected, c.failed, st.sandbox.traps,
+                st.contract, &st.plugin[..12.min(st.plugin.len())]
+            ));
+        }
+        if let Some(f) = &self.failure {
+            s.push_str(&format!("  failed at offset {} in stage `{}`: {}\n", f.offset, f.stage, f.reason));
+        }
+        if let Some(e) = &self.error {
+            s.push_str(&format!("  error: {e}\n"));
+        }
+        s
+    }
+}
