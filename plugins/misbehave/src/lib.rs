@@ -1,7 +1,7 @@
 //! A hostile test fixture. What it does depends on the message value:
 //! `trap` panics, `loop` never returns, `bomb` allocates until memory runs out, `huge` emits a
 //! 16 MiB value, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; anything
-//! else passes unchanged. With config `init_error` set, `init` fails with that text.
+//! else passes unchanged. `read-file`, `env` and `net` reject with what the sandbox allowed. With config `init_error` set, `init` fails with that text.
 use weir_sdk::{Config, Message, Outcome};
 
 /// Reads the config.
@@ -34,6 +34,16 @@ pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
         "fail" => Outcome::fail(format!("asked to fail at offset {}", msg.offset())),
         "reject" => Outcome::reject("asked to reject"),
         "dup" => Outcome::Next(vec![msg.to_owned(), msg.to_owned()]),
+        // Sandbox probes: report what the guest could reach.
+        "read-file" => Outcome::reject(match std::fs::read_to_string("/etc/hostname") {
+            Ok(_) => "probe: file read allowed".to_owned(),
+            Err(e) => format!("probe: file read denied: {e}"),
+        }),
+        "env" => Outcome::reject(format!("probe: {} environment variables", std::env::vars().count())),
+        "net" => Outcome::reject(match std::net::TcpStream::connect("127.0.0.1:1") {
+            Ok(_) => "probe: network allowed".to_owned(),
+            Err(e) => format!("probe: network denied: {e}"),
+        }),
         _ => Outcome::Keep,
     }
 }
