@@ -11,30 +11,29 @@ pub mod plugins {
     include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
 }
 
-/// The `weir` binary of the same profile as the running test.
-pub fn weir_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/weir
-    let bin = exe.parent().and_then(Path::parent).expect("target folder").join("weir");
-    assert!(
-        bin.exists(),
-        "{} is missing: run the tests with `cargo test --workspace` so the binary is built",
-        bin.display()
-    );
-    bin
+/// A [`Scratch`] folder for the `weir` binary that cargo built for this test target.
+/// (The integration tests are targets of the `weir` package, so cargo rebuilds the binary
+/// before running them.)
+#[macro_export]
+macro_rules! scratch {
+    () => {
+        $crate::Scratch::new(env!("CARGO_BIN_EXE_weir"))
+    };
 }
 
 /// A scratch folder with a private compiled-code cache.
 pub struct Scratch {
     /// The folder (deleted on drop).
     pub dir: tempfile::TempDir,
+    bin: PathBuf,
 }
 
 impl Scratch {
-    /// A new empty folder.
-    pub fn new() -> Self {
+    /// A new empty folder, running `bin` as `weir`.
+    pub fn new(bin: &str) -> Self {
         Scratch {
             dir: tempfile::tempdir().expect("temp dir"),
+            bin: PathBuf::from(bin),
         }
     }
 
@@ -58,7 +57,7 @@ impl Scratch {
 
     /// A `weir` command with this folder's cache and the given arguments.
     pub fn weir(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(weir_bin());
+        let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .env("WEIR_CACHE_DIR", self.path("cache"))
             .env("WEIR_LOG", "info")
@@ -74,12 +73,6 @@ impl Scratch {
     /// Reads a JSONL output file (missing file: no lines).
     pub fn read_jsonl(&self, name: &str) -> Vec<Value> {
         read_jsonl(&self.path(name))
-    }
-}
-
-impl Default for Scratch {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Chain semantics through the real binary: next/reject/fail, flat-map, routing, order, bytes.
 
 use serde_json::{json, Value};
-use weir_tests::{pipeline_yaml, plugins, stage, stderr, Scratch};
+use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
 
 fn report(s: &Scratch) -> Value {
     serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).expect("report written")).unwrap()
@@ -13,7 +13,7 @@ fn values(lines: &[Value]) -> Vec<String> {
 
 #[test]
 fn filter_enrich_route_reject_and_counts_add_up() {
-    let s = Scratch::new();
+    let s = scratch!();
     let mut input = Vec::new();
     for i in 0..300 {
         let status = if i % 3 == 0 { "paid" } else { "open" };
@@ -67,7 +67,7 @@ fn filter_enrich_route_reject_and_counts_add_up() {
 
 #[test]
 fn flat_map_reject_and_fail_stop_before_the_failed_message() {
-    let s = Scratch::new();
+    let s = scratch!();
     let vals = ["a", "dup", "reject", "b", "fail", "c", "d"];
     s.jsonl("in.jsonl", &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>());
     s.write("p.yaml", &pipeline_yaml(&stage("m", plugins::MISBEHAVE, &[]), ""));
@@ -86,7 +86,7 @@ fn flat_map_reject_and_fail_stop_before_the_failed_message() {
 
 #[test]
 fn a_fail_in_a_later_stage_truncates_what_earlier_stages_emitted() {
-    let s = Scratch::new();
+    let s = scratch!();
     // Stage one (typed path) emits a copy of every message, the one after "fail" too;
     // stage two flat-maps "dup" and fails on "fail".
     let vals = ["dup", "x", "fail", "dup"];
@@ -110,7 +110,7 @@ fn typed_and_batch_paths_give_identical_results() {
     let vals = ["a", "dup", "reject", "b", "", "dup"];
     let mut outs = Vec::new();
     for contract in ["batch", "typed"] {
-        let s = Scratch::new();
+        let s = scratch!();
         let mut lines: Vec<Value> = vals.iter().map(|v| json!({"value": v, "key": "k", "headers": [["h", "1"], ["n", null]]})).collect();
         lines.push(json!({"key": {"base64": "/wD+"}, "value": {"base64": "gICA"}, "timestamp": 5}));
         s.jsonl("in.jsonl", &lines);
@@ -134,7 +134,7 @@ fn typed_and_batch_paths_give_identical_results() {
 
 #[test]
 fn a_component_without_the_sdk_runs_on_the_typed_contract() {
-    let s = Scratch::new();
+    let s = scratch!();
     s.jsonl("in.jsonl", &[json!({"value": "hello"}), json!({"value": "reject"})]);
     s.write("p.yaml", &pipeline_yaml(&stage("typed", plugins::TYPED_ONLY, &[("tag", "v1")]), ""));
     let o = s.run(&["run", "p.yaml"]);
@@ -148,7 +148,7 @@ fn a_component_without_the_sdk_runs_on_the_typed_contract() {
 
 #[test]
 fn malformed_input_lines_go_to_the_reject_path() {
-    let s = Scratch::new();
+    let s = scratch!();
     s.write("in.jsonl", "{\"value\": \"a\"}\nnot json at all\n{\"valeu\": 1}\n{\"value\": \"b\"}\n");
     s.write("p.yaml", &pipeline_yaml(&stage("p", plugins::PASSTHROUGH, &[]), ""));
     let o = s.run(&["run", "p.yaml"]);
@@ -163,7 +163,7 @@ fn malformed_input_lines_go_to_the_reject_path() {
 
 #[test]
 fn order_is_kept_across_many_batches_and_an_empty_chain_passes_through() {
-    let s = Scratch::new();
+    let s = scratch!();
     let input: Vec<Value> = (0..5000).map(|i| json!({"value": format!("m{i}")})).collect();
     s.jsonl("in.jsonl", &input);
     s.write("p.yaml", &pipeline_yaml(&stage("p", plugins::PASSTHROUGH, &[]), "batch:\n  max_messages: 64\n  max_bytes: 2KiB\n"));
@@ -172,7 +172,7 @@ fn order_is_kept_across_many_batches_and_an_empty_chain_passes_through() {
     let want: Vec<String> = (0..5000).map(|i| format!("m{i}")).collect();
     assert_eq!(values(&s.read_jsonl("out.jsonl")), want);
 
-    let s2 = Scratch::new();
+    let s2 = scratch!();
     s2.jsonl("in.jsonl", &input[..10]);
     s2.write("p.yaml", &pipeline_yaml("  []", "").replace("stages:\n  []", "stages: []"));
     let o = s2.run(&["run", "p.yaml"]);

@@ -29,6 +29,15 @@ impl FromStr for ByteSize {
 
 impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Exact sizes print the way they are written in YAML (`64MiB`), others approximately.
+        for (unit, name) in [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
+            if self.0 >= unit && self.0 % unit == 0 {
+                return write!(f, "{}{name}", self.0 / unit);
+            }
+        }
+        if self.0 < 1024 {
+            return write!(f, "{}B", self.0);
+        }
         write!(f, "{}", bytesize::ByteSize(self.0).display().iec())
     }
 }

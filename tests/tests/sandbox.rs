@@ -1,0 +1,115 @@
+//! Hostile plugins are contained: traps, infinite loops, memory bombs, huge output, probes of
+//! the filesystem, environment and network. The host keeps running and loses nothing.
+
+use serde_json::{json, Value};
+use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
+
+fn run_misbehave(vals: &[&str], limits: &str, extra: &str) -> (Scratch, std::process::Output) {
+    let s = scratch!();
+    s.jsonl("in.jsonl", &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>());
+    let st = stage("hostile", plugins::MISBEHAVE, &[]) + limits;
+    s.write("p.yaml", &pipeline_yaml(&st, extra));
+    let o = s.run(&["run", "p.yaml"]);
+    (s, o)
+}
+
+fn report(s: &Scratch) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).unwrap()).unwrap()
+}
+
+fn values(lines: &[Value]) -> Vec<String> {
+    lines.iter().map(|l| l["value"].as_str().unwrap().to_owned()).collect()
+}
+
+fn reasons(s: &Scratch) -> Vec<String> {
+    s.read_jsonl("rejected.jsonl").iter().map(|l| l["reject"]["reason"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn a_trap_rejects_only_its_message_with_the_panic_text() {
+    let (s, o) = run_misbehave(&["a", "b", "trap", "c", "d"], "", "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b", "c", "d"]);
+    let r = reasons(&s);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].starts_with("trap: "), "{}", r[0]);
+    assert!(r[0].contains("misbehave: asked to trap at offset 2"), "guest stderr captured: {}", r[0]);
+    let sb = &report(&s)["stages"][0]["sandbox"];
+    assert_eq!(sb["traps"], 2, "the batch call and the isolated retry");
+    assert_eq!(sb["restarts"], 2);
+}
+
+#[test]
+fn repeated_traps_never_loop() {
+    let vals: Vec<&str> = (0..200).map(|i| if i % 2 == 0 { "trap" } else { "ok" }).collect();
+    let (s, o) = run_misbehave(&vals, "", "batch:\n  max_messages: 16\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(s.read_jsonl("out.jsonl").len(), 100);
+    assert_eq!(s.read_jsonl("rejected.jsonl").len(), 100);
+}
+
+#[test]
+fn an_infinite_loop_hits_the_deadline() {
+    let started = std::time::Instant::now();
+    let (s, o) = run_misbehave(&["a", "loop", "b"], "    limits:\n      timeout: 50ms\n", "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
+    let r = reasons(&s);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].contains("deadline of 50ms exceeded"), "{}", r[0]);
+    assert_eq!(report(&s)["stages"][0]["sandbox"]["timeouts"], 2);
+    // Two 50 ms deadlines plus start-up: far below this bound unless the loop was not stopped.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_cap() {
+    let (s, o) = run_misbehave(&["a", "bomb", "b"], "    limits:\n      memory: 16MiB\n", "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
+    let r = reasons(&s);
+    assert!(r[0].contains("memory limit of 16MiB exceeded"), "{}", r[0]);
+    assert!(report(&s)["stages"][0]["sandbox"]["memory_exceeded"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn huge_output_hits_max_output() {
+    let (s, o) = run_misbehave(&["a", "huge", "b"], "    limits:\n      memory: 128MiB\n      max_output: 1MiB\n", "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
+    let r = reasons(&s);
+    assert!(r[0].contains("exceeds max_output of 1MiB"), "{}", r[0]);
+    assert_eq!(report(&s)["stages"][0]["sandbox"]["oversized"], 1);
+}
+
+#[test]
+fn huge_output_on_the_typed_path_is_capped_too() {
+    let (s, o) = run_misbehave(&["huge", "b"], "    contract: typed\n    limits:\n      memory: 128MiB\n      max_output: 1MiB\n", "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(values(&s.read_jsonl("out.jsonl")), ["b"]);
+    assert!(reasons(&s)[0].contains("exceeds max_output"));
+}
+
+#[test]
+fn on_trap_fail_stops_the_pipeline_before_the_message() {
+    let (s, o) = run_misbehave(&["a", "trap", "b"], "    on_trap: fail\n", "");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a"]);
+    let rep = report(&s);
+    assert_eq!(rep["failure"]["offset"], 1);
+    assert!(rep["failure"]["reason"].as_str().unwrap().starts_with("trap: "));
+    assert_eq!(rep["done_through_offset"], 0);
+}
+
+#[test]
+fn the_sandbox_grants_no_files_environment_or_network() {
+    let s = scratch!();
+    s.jsonl("in.jsonl", &[json!({"value": "read-file"}), json!({"value": "env"}), json!({"value": "net"})]);
+    s.write("p.yaml", &pipeline_yaml(&stage("probe", plugins::MISBEHAVE, &[]), ""));
+    let o = s.weir(&["run", "p.yaml"]).env("WEIR_SECRET", "hunter2").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = reasons(&s);
+    assert!(r[0].starts_with("probe: file read denied"), "{}", r[0]);
+    assert_eq!(r[1], "probe: 0 environment variables");
+    assert!(r[2].starts_with("probe: network denied"), "{}", r[2]);
+}
