@@ -63,11 +63,16 @@ pub fn load_str(path: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) -
     Ok(cfg)
 }
 
-/// serde_yaml appends " at line L column C"; the line is reported separately.
+/// serde_yaml prefixes its own path ("stages[0]: ") and appends " at line L column C"; both
+/// are reported separately.
 fn strip_location(msg: &str) -> String {
-    match msg.rfind(" at line ") {
-        Some(i) => msg[..i].to_owned(),
-        None => msg.to_owned(),
+    let msg = match msg.rfind(" at line ") {
+        Some(i) => msg[..i].trim_end_matches(','),
+        None => msg,
+    };
+    match msg.split_once(": ") {
+        Some((path, rest)) if !path.contains(' ') && !path.contains('`') => rest.to_owned(),
+        _ => msg.to_owned(),
     }
 }
 
@@ -195,7 +200,7 @@ mod tests {
     fn unknown_key_names_file_line_field_and_suggestion() {
         let text = "source:\n  jsonl: { path: in.jsonl }\nsink:\n  discard: {}\nstages:\n  - name: a\n    plugin: a.wasm\n    limts: {}\n";
         let err = parse(text).unwrap_err();
-        assert!(err.starts_with("p.yaml:8: field `stages[0]`"), "{err}");
+        assert!(err.starts_with("p.yaml:8: field `stages[0].limts`: unknown field"), "{err}");
         assert!(err.contains("unknown field `limts`"), "{err}");
         assert!(err.contains("did you mean `limits`?"), "{err}");
     }
