@@ -86,18 +86,21 @@ pub struct RunOptions {
 /// Runs the pipeline to the end of its source, a signal, or a failure.
 pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
     let started = Instant::now();
+    // Signals first: a SIGHUP or SIGTERM during start-up must not kill the process.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reload_channel = crossbeam_channel::unbounded();
+    let signals = start_signals(stop.clone(), reload_channel.0.clone())?;
     let Prepared { engine, slots, chain } = prepare(cfg)?;
     let mut sink = LineSink::open(&cfg.sink)?;
     let mut rejects = match &cfg.reject {
         Some(r) => LineSink::open(r)?,
         None => LineSink::discard(),
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let reloader = Reloader::start(engine.clone(), slots.clone(), cfg.runtime.watch_plugins);
-    let signals = start_signals(stop.clone(), reloader.sender())?;
+    let reloader = Reloader::start(engine.clone(), slots.clone(), cfg.runtime.watch_plugins, reload_channel);
     let lane = source::lane(&cfg.source);
     let (tx, rx) = crossbeam_channel::bounded(cfg.batch.max_messages.saturating_mul(4).max(64));
     source::start(&cfg.source, tx, stop.clone())?;
+    tracing::info!(pipeline = %cfg.name, stages = slots.len(), "pipeline running");
 
     let batch_cfg = cfg.batch.clone();
     let driver_stop = stop.clone();

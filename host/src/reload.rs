@@ -79,20 +79,25 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// Starts the reloader thread (and the file watcher when `watch`).
-    pub fn start(engine: WeirEngine, slots: Vec<Arc<StageSlot>>, watch: bool) -> Self {
-        let (tx, rx) = crossbeam_channel::unbounded();
+    /// Starts the reloader thread (and the file watcher when `watch`), serving requests sent
+    /// on `tx` (which may have queued up before the start).
+    pub fn start(
+        engine: WeirEngine,
+        slots: Vec<Arc<StageSlot>>,
+        watch: bool,
+        (tx, rx): (Sender<ReloadRequest>, Receiver<ReloadRequest>),
+    ) -> Self {
         let watcher = if watch { start_watcher(&slots, tx.clone()) } else { None };
+        if watcher.is_some() {
+            // A file replaced between loading and watching would otherwise go unnoticed;
+            // an unchanged file costs one read and hash.
+            let _ = tx.send(ReloadRequest::All);
+        }
         let handle = std::thread::Builder::new()
             .name("weir-reload".into())
             .spawn(move || reload_loop(&engine, &slots, &rx))
             .expect("spawning the reloader");
         Reloader { tx, watcher, handle }
-    }
-
-    /// A sender for reload requests (SIGHUP, admin triggers).
-    pub fn sender(&self) -> Sender<ReloadRequest> {
-        self.tx.clone()
     }
 
     /// Stops watching, lets a reload in progress finish, and returns the stats. Every other
