@@ -30,20 +30,33 @@ fn main() {
         .env("CARGO_TARGET_DIR", &target_dir)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_MAKEFLAGS");
+        .env_remove("CARGO_MAKEFLAGS")
+        // Under `cargo clippy` these point at clippy; the plugins are linted natively instead.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("RUSTC_WRAPPER");
     for (_, pkg, _) in PLUGINS {
         cmd.args(["-p", pkg]);
     }
     let status = cmd.status().expect("running cargo to build the plugins");
-    assert!(status.success(), "building the plugins for wasm32-wasip2 failed");
+    assert!(
+        status.success(),
+        "building the plugins for wasm32-wasip2 failed"
+    );
     let out_dir = target_dir.join("wasm32-wasip2").join("release");
     let mut src = String::from("// Paths of the plugin components, built by build.rs.\n");
     for (name, _, file) in PLUGINS {
         let path = out_dir.join(file);
         assert!(path.exists(), "missing {}", path.display());
-        src.push_str(&format!("/// `plugins/` component `{file}`.\npub const {name}: &str = {:?};\n", path.display().to_string()));
+        src.push_str(&format!(
+            "/// `plugins/` component `{file}`.\npub const {name}: &str = {:?};\n",
+            path.display().to_string()
+        ));
     }
-    std::fs::write(Path::new(&std::env::var("OUT_DIR").unwrap()).join("plugins.rs"), src).unwrap();
+    std::fs::write(
+        Path::new(&std::env::var("OUT_DIR").unwrap()).join("plugins.rs"),
+        src,
+    )
+    .unwrap();
 }
 
 /// Installs the wasm32-wasip2 target through rustup when its standard library is missing.
@@ -54,10 +67,17 @@ fn ensure_target() {
         .output()
         .ok()
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    if libdir.is_some_and(|d| d.join("libstd").exists() || std::fs::read_dir(&d).map(|mut r| r.next().is_some()).unwrap_or(false)) {
+    if libdir.is_some_and(|d| {
+        d.join("libstd").exists()
+            || std::fs::read_dir(&d)
+                .map(|mut r| r.next().is_some())
+                .unwrap_or(false)
+    }) {
         return;
     }
-    let status = Command::new("rustup").args(["target", "add", "wasm32-wasip2"]).status();
+    let status = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .status();
     assert!(
         status.is_ok_and(|s| s.success()),
         "the wasm32-wasip2 target is missing and `rustup target add wasm32-wasip2` failed"

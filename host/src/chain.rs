@@ -125,7 +125,9 @@ impl Chain {
                         "plugin swapped"
                     );
                 }
-                Err(e) => tracing::error!(stage = &*s.slot.spec.name, keeping = %old, "swap refused: {e}"),
+                Err(e) => {
+                    tracing::error!(stage = &*s.slot.spec.name, keeping = %old, "swap refused: {e}")
+                }
             }
         }
     }
@@ -191,7 +193,15 @@ impl Chain {
     }
 
     /// Per-stage counts and sandbox events, in chain order.
-    pub fn stats(&self) -> Vec<(Arc<str>, String, bool, StageCounts, crate::engine::SandboxStats)> {
+    pub fn stats(
+        &self,
+    ) -> Vec<(
+        Arc<str>,
+        String,
+        bool,
+        StageCounts,
+        crate::engine::SandboxStats,
+    )> {
         self.stages
             .iter()
             .map(|s| {

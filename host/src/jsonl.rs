@@ -66,10 +66,13 @@ pub fn parse_line(line: &str) -> Result<Message, ParseError> {
             "key" => msg.key = bytes_of("key", &v)?,
             "value" => msg.value = bytes_of("value", &v)?,
             "timestamp" => {
-                msg.timestamp = match v {
-                    Value::Null => None,
-                    v => Some(v.as_i64().ok_or_else(|| ParseError("`timestamp` must be an integer (ms)".into()))?),
-                }
+                msg.timestamp =
+                    match v {
+                        Value::Null => None,
+                        v => Some(v.as_i64().ok_or_else(|| {
+                            ParseError("`timestamp` must be an integer (ms)".into())
+                        })?),
+                    }
             }
             "topic" => {
                 msg.topic = match v {
@@ -103,10 +106,14 @@ fn parse_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
             .iter()
             .map(|item| match item.as_array().map(Vec::as_slice) {
                 Some([Value::String(k), v]) => pair(k, v),
-                _ => Err(ParseError("each header must be a [\"name\", value] pair".into())),
+                _ => Err(ParseError(
+                    "each header must be a [\"name\", value] pair".into(),
+                )),
             })
             .collect(),
-        _ => Err(ParseError("`headers` must be a list of [name, value] pairs or an object".into())),
+        _ => Err(ParseError(
+            "`headers` must be a list of [name, value] pairs or an object".into(),
+        )),
     }
 }
 
@@ -144,9 +151,18 @@ mod tests {
             key: Some(vec![0xff, 0x00, 0x80]),
             value: Some(b"plain text".to_vec()),
             headers: vec![
-                Header { key: "bin".into(), value: Some(vec![0xc3, 0x28]) },
-                Header { key: "null".into(), value: None },
-                Header { key: "bin".into(), value: Some(b"dup".to_vec()) },
+                Header {
+                    key: "bin".into(),
+                    value: Some(vec![0xc3, 0x28]),
+                },
+                Header {
+                    key: "null".into(),
+                    value: None,
+                },
+                Header {
+                    key: "bin".into(),
+                    value: Some(b"dup".to_vec()),
+                },
             ],
             timestamp: Some(42),
             topic: Some("out".into()),
@@ -165,7 +181,13 @@ mod tests {
     #[test]
     fn bad_lines_say_why() {
         assert!(parse_line("nope").unwrap_err().0.contains("not JSON"));
-        assert!(parse_line(r#"{"valeu": 1}"#).unwrap_err().0.contains("unknown field `valeu`"));
-        assert!(parse_line(r#"{"timestamp": "x"}"#).unwrap_err().0.contains("timestamp"));
+        assert!(parse_line(r#"{"valeu": 1}"#)
+            .unwrap_err()
+            .0
+            .contains("unknown field `valeu`"));
+        assert!(parse_line(r#"{"timestamp": "x"}"#)
+            .unwrap_err()
+            .0
+            .contains("timestamp"));
     }
 }

@@ -41,7 +41,9 @@ impl Message {
 
     /// Headers as the packed writers take them.
     pub fn header_pairs(&self) -> impl ExactSizeIterator<Item = (&str, Option<&[u8]>)> {
-        self.headers.iter().map(|h| (h.key.as_str(), h.value.as_deref()))
+        self.headers
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_deref()))
     }
 }
 

@@ -57,8 +57,17 @@ pub struct Prepared {
 
 /// The engine every stage fits in.
 pub fn engine_for(cfg: &PipelineConfig) -> Result<WeirEngine, StartError> {
-    let max_memory = cfg.stages.iter().map(|s| s.limits.memory.bytes()).max().unwrap_or(0);
-    let cache = cfg.runtime.cache_dir.clone().or_else(crate::engine::default_cache_dir);
+    let max_memory = cfg
+        .stages
+        .iter()
+        .map(|s| s.limits.memory.bytes())
+        .max()
+        .unwrap_or(0);
+    let cache = cfg
+        .runtime
+        .cache_dir
+        .clone()
+        .or_else(crate::engine::default_cache_dir);
     Ok(WeirEngine::new(max_memory, cache)?)
 }
 
@@ -70,10 +79,18 @@ pub fn prepare(cfg: &PipelineConfig) -> Result<Prepared, StartError> {
         let plugin = engine.load_plugin(&s.name, &s.plugin)?;
         tracing::info!(stage = %s.name, plugin = plugin.short_hash(), contract = ?plugin.contract,
             cache = ?plugin.cache, load_ms = plugin.load_time.as_millis() as u64, "plugin loaded");
-        slots.push(Arc::new(StageSlot::new(Arc::new(StageSpec::from(s)), s.plugin.clone(), Arc::new(plugin))));
+        slots.push(Arc::new(StageSlot::new(
+            Arc::new(StageSpec::from(s)),
+            s.plugin.clone(),
+            Arc::new(plugin),
+        )));
     }
     let chain = Chain::new(&engine, &slots)?;
-    Ok(Prepared { engine, slots, chain })
+    Ok(Prepared {
+        engine,
+        slots,
+        chain,
+    })
 }
 
 /// Options that are not in the YAML.
@@ -90,13 +107,22 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     let stop = Arc::new(AtomicBool::new(false));
     let reload_channel = crossbeam_channel::unbounded();
     let signals = start_signals(stop.clone(), reload_channel.0.clone())?;
-    let Prepared { engine, slots, chain } = prepare(cfg)?;
+    let Prepared {
+        engine,
+        slots,
+        chain,
+    } = prepare(cfg)?;
     let mut sink = LineSink::open(&cfg.sink)?;
     let mut rejects = match &cfg.reject {
         Some(r) => LineSink::open(r)?,
         None => LineSink::discard(),
     };
-    let reloader = Reloader::start(engine.clone(), slots.clone(), cfg.runtime.watch_plugins, reload_channel);
+    let reloader = Reloader::start(
+        engine.clone(),
+        slots.clone(),
+        cfg.runtime.watch_plugins,
+        reload_channel,
+    );
     let lane = source::lane(&cfg.source);
     let (tx, rx) = crossbeam_channel::bounded(cfg.batch.max_messages.saturating_mul(4).max(64));
     source::start(&cfg.source, tx, stop.clone())?;
@@ -118,7 +144,14 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             let stats = std::mem::take(&mut d.stats);
             let chain_stats = d.chain.stats();
             let flushed = sink.flush().and_then(|()| rejects.flush());
-            (result, flushed, stats, chain_stats, sink.written, rejects.written)
+            (
+                result,
+                flushed,
+                stats,
+                chain_stats,
+                sink.written,
+                rejects.written,
+            )
         })
         .expect("spawning the driver");
 
@@ -135,7 +168,8 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             }
         }
     }
-    let (result, flushed, stats, chain_stats, written, rejected) = driver.join().expect("driver thread panicked");
+    let (result, flushed, stats, chain_stats, written, rejected) =
+        driver.join().expect("driver thread panicked");
     drop(signals);
     let reloads = reloader.finish();
 
@@ -191,10 +225,17 @@ impl Drop for SignalGuard {
 }
 
 /// SIGINT/SIGTERM set `stop` (a second one exits at once); SIGHUP reloads every plugin.
-fn start_signals(stop: Arc<AtomicBool>, reload: crossbeam_channel::Sender<ReloadRequest>) -> Result<SignalGuard, StartError> {
+fn start_signals(
+    stop: Arc<AtomicBool>,
+    reload: crossbeam_channel::Sender<ReloadRequest>,
+) -> Result<SignalGuard, StartError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-        .map_err(|e| StartError::Engine(crate::engine::EngineError::new(format!("cannot install signal handlers: {e}"))))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).map_err(|e| {
+            StartError::Engine(crate::engine::EngineError::new(format!(
+                "cannot install signal handlers: {e}"
+            )))
+        })?;
     let handle = signals.handle();
     std::thread::Builder::new()
         .name("weir-signals".into())
@@ -235,7 +276,12 @@ struct Driver<'s> {
 impl Driver<'_> {
     /// The batch loop. `Ok(Some)` when a stage failed; `Err` when a sink, the source or an
     /// instance rebuild broke.
-    fn run(&mut self, rx: &Receiver<SourceItem>, cfg: &BatchConfig, stop: &AtomicBool) -> Result<Option<Failure>, String> {
+    fn run(
+        &mut self,
+        rx: &Receiver<SourceItem>,
+        cfg: &BatchConfig,
+        stop: &AtomicBool,
+    ) -> Result<Option<Failure>, String> {
         let mut batch: Vec<Envelope> = Vec::with_capacity(cfg.max_messages);
         let mut malformed: Vec<Rejected> = Vec::new();
         loop {
@@ -243,9 +289,14 @@ impl Driver<'_> {
             if !batch.is_empty() {
                 let last = batch.last().map(|e| e.offset);
                 self.chain.swap_if_published();
-                let out = self.chain.run(&self.lane, std::mem::take(&mut batch)).map_err(|e| e.to_string())?;
+                let out = self
+                    .chain
+                    .run(&self.lane, std::mem::take(&mut batch))
+                    .map_err(|e| e.to_string())?;
                 self.sink.write(&out.outputs).map_err(|e| e.to_string())?;
-                self.rejects.write_rejects(&self.lane, &out.rejects).map_err(|e| e.to_string())?;
+                self.rejects
+                    .write_rejects(&self.lane, &out.rejects)
+                    .map_err(|e| e.to_string())?;
                 if let Some(f) = out.failure {
                     self.stats.done_through = (f.offset > 0).then(|| f.offset - 1);
                     tracing::error!(stage = %f.stage, offset = f.offset, "stage failed: {}; stopping", f.reason);
@@ -254,7 +305,9 @@ impl Driver<'_> {
                 self.stats.done_through = last.or(self.stats.done_through);
             }
             if !malformed.is_empty() {
-                self.rejects.write_rejects(&self.lane, &malformed).map_err(|e| e.to_string())?;
+                self.rejects
+                    .write_rejects(&self.lane, &malformed)
+                    .map_err(|e| e.to_string())?;
                 self.stats.done_through = malformed.last().map(|r| r.env.offset);
                 malformed.clear();
             }
@@ -272,7 +325,9 @@ impl Driver<'_> {
         rx: &Receiver<SourceItem>,
         cfg: &BatchConfig,
         stop: &AtomicBool,
-        batch: &mut Vec<Envelope>, malformed: &mut Vec<Rejected>) -> Result<bool, String> {
+        batch: &mut Vec<Envelope>,
+        malformed: &mut Vec<Rejected>,
+    ) -> Result<bool, String> {
         let mut bytes = 0usize;
         let mut deadline: Option<Instant> = None;
         while batch.len() < cfg.max_messages && bytes < cfg.max_bytes.bytes() {
@@ -280,8 +335,12 @@ impl Driver<'_> {
                 None => match rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(item) => item,
                     // Stopping: the reader may sit in a blocking read (stdin); what it queued is drained.
-                    Err(RecvTimeoutError::Timeout) if stop.load(Ordering::Relaxed) => return Ok(true),
-                    Err(RecvTimeoutError::Timeout) if batch.is_empty() && malformed.is_empty() => continue,
+                    Err(RecvTimeoutError::Timeout) if stop.load(Ordering::Relaxed) => {
+                        return Ok(true)
+                    }
+                    Err(RecvTimeoutError::Timeout) if batch.is_empty() && malformed.is_empty() => {
+                        continue
+                    }
                     Err(RecvTimeoutError::Timeout) => return Ok(false),
                     Err(RecvTimeoutError::Disconnected) => return Ok(true),
                 },
@@ -298,10 +357,17 @@ impl Driver<'_> {
                     bytes += env.msg.byte_len();
                     batch.push(env);
                 }
-                SourceItem::Malformed { offset, reason, line } => {
+                SourceItem::Malformed {
+                    offset,
+                    reason,
+                    line,
+                } => {
                     self.stats.malformed += 1;
                     malformed.push(Rejected {
-                        env: Envelope { offset, msg: source::malformed_message(line) },
+                        env: Envelope {
+                            offset,
+                            msg: source::malformed_message(line),
+                        },
                         stage: "source".into(),
                         plugin: String::new(),
                         reason,

@@ -87,7 +87,11 @@ impl Reloader {
         watch: bool,
         (tx, rx): (Sender<ReloadRequest>, Receiver<ReloadRequest>),
     ) -> Self {
-        let watcher = if watch { start_watcher(&slots, tx.clone()) } else { None };
+        let watcher = if watch {
+            start_watcher(&slots, tx.clone())
+        } else {
+            None
+        };
         if watcher.is_some() {
             // A file replaced between loading and watching would otherwise go unnoticed;
             // an unchanged file costs one read and hash.
@@ -97,7 +101,11 @@ impl Reloader {
             .name("weir-reload".into())
             .spawn(move || reload_loop(&engine, &slots, &rx))
             .expect("spawning the reloader");
-        Reloader { tx, watcher, handle }
+        Reloader {
+            tx,
+            watcher,
+            handle,
+        }
     }
 
     /// Stops watching, lets a reload in progress finish, and returns the stats. Every other
@@ -109,7 +117,10 @@ impl Reloader {
     }
 }
 
-fn start_watcher(slots: &[Arc<StageSlot>], tx: Sender<ReloadRequest>) -> Option<notify::RecommendedWatcher> {
+fn start_watcher(
+    slots: &[Arc<StageSlot>],
+    tx: Sender<ReloadRequest>,
+) -> Option<notify::RecommendedWatcher> {
     let files: Vec<PathBuf> = slots.iter().map(|s| canonical(&s.path)).collect();
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
         let Ok(ev) = ev else { return };
@@ -142,9 +153,13 @@ fn start_watcher(slots: &[Arc<StageSlot>], tx: Sender<ReloadRequest>) -> Option<
 
 fn canonical(p: &std::path::Path) -> PathBuf {
     match (p.parent(), p.file_name()) {
-        (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() { std::path::Path::new(".") } else { dir })
-            .map(|d| d.join(name))
-            .unwrap_or_else(|_| p.to_owned()),
+        (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            dir
+        })
+        .map(|d| d.join(name))
+        .unwrap_or_else(|_| p.to_owned()),
         _ => p.to_owned(),
     }
 }
@@ -152,7 +167,11 @@ fn canonical(p: &std::path::Path) -> PathBuf {
 /// Writers replace files in several events: wait until they go quiet.
 const SETTLE: Duration = Duration::from_millis(100);
 
-fn reload_loop(engine: &WeirEngine, slots: &[Arc<StageSlot>], rx: &Receiver<ReloadRequest>) -> ReloadStats {
+fn reload_loop(
+    engine: &WeirEngine,
+    slots: &[Arc<StageSlot>],
+    rx: &Receiver<ReloadRequest>,
+) -> ReloadStats {
     let mut stats = ReloadStats::default();
     while let Ok(first) = rx.recv() {
         let mut requests = vec![first];
@@ -185,7 +204,11 @@ fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) {
     };
     if plugin.hash == old.hash {
         stats.unchanged += 1;
-        tracing::debug!(stage, version = old.short_hash(), "reload: plugin unchanged");
+        tracing::debug!(
+            stage,
+            version = old.short_hash(),
+            "reload: plugin unchanged"
+        );
         return;
     }
     let plugin = Arc::new(plugin);

@@ -83,7 +83,10 @@ impl RunReport {
             ));
         }
         if let Some(f) = &self.failure {
-            s.push_str(&format!("  failed at offset {} in stage `{}`: {}\n", f.offset, f.stage, f.reason));
+            s.push_str(&format!(
+                "  failed at offset {} in stage `{}`: {}\n",
+                f.offset, f.stage, f.reason
+            ));
         }
         if let Some(e) = &self.error {
             s.push_str(&format!("  error: {e}\n"));

@@ -32,15 +32,31 @@ impl LineSink {
             SinkConfig::Jsonl(j) => {
                 let what = j.path.display().to_string();
                 if let Some(dir) = j.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|source| SinkError { what: what.clone(), source })?;
+                    std::fs::create_dir_all(dir).map_err(|source| SinkError {
+                        what: what.clone(),
+                        source,
+                    })?;
                 }
-                let f = std::fs::File::create(&j.path).map_err(|source| SinkError { what: what.clone(), source })?;
-                (what, Some(Box::new(std::io::BufWriter::with_capacity(1 << 20, f))))
+                let f = std::fs::File::create(&j.path).map_err(|source| SinkError {
+                    what: what.clone(),
+                    source,
+                })?;
+                (
+                    what,
+                    Some(Box::new(std::io::BufWriter::with_capacity(1 << 20, f))),
+                )
             }
-            SinkConfig::Stdout(_) => ("stdout".into(), Some(Box::new(std::io::BufWriter::new(std::io::stdout())))),
+            SinkConfig::Stdout(_) => (
+                "stdout".into(),
+                Some(Box::new(std::io::BufWriter::new(std::io::stdout()))),
+            ),
             SinkConfig::Discard(_) => ("discard".into(), None),
         };
-        Ok(LineSink { what, out, written: 0 })
+        Ok(LineSink {
+            what,
+            out,
+            written: 0,
+        })
     }
 
     /// A sink that counts and drops.
@@ -54,11 +70,16 @@ impl LineSink {
 
     fn line(&mut self, v: &Value) -> Result<(), SinkError> {
         self.written += 1;
-        let Some(out) = self.out.as_mut() else { return Ok(()) };
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
         serde_json::to_writer(&mut *out, v)
             .map_err(std::io::Error::other)
             .and_then(|()| out.write_all(b"\n"))
-            .map_err(|source| SinkError { what: self.what.clone(), source })
+            .map_err(|source| SinkError {
+                what: self.what.clone(),
+                source,
+            })
     }
 
     /// Writes messages that passed the chain.
@@ -90,7 +111,10 @@ impl LineSink {
     /// Pushes buffered lines out.
     pub fn flush(&mut self) -> Result<(), SinkError> {
         match self.out.as_mut() {
-            Some(o) => o.flush().map_err(|source| SinkError { what: self.what.clone(), source }),
+            Some(o) => o.flush().map_err(|source| SinkError {
+                what: self.what.clone(),
+                source,
+            }),
             None => Ok(()),
         }
     }

@@ -41,7 +41,9 @@ pub struct SourceError {
 pub fn lane(cfg: &SourceConfig) -> Lane {
     let topic = match cfg {
         SourceConfig::Jsonl(j) => j.topic.clone().unwrap_or_else(|| {
-            j.path.file_stem().map_or_else(|| "jsonl".into(), |s| s.to_string_lossy().into_owned())
+            j.path
+                .file_stem()
+                .map_or_else(|| "jsonl".into(), |s| s.to_string_lossy().into_owned())
         }),
         SourceConfig::Stdin(s) => s.topic.clone().unwrap_or_else(|| "stdin".into()),
     };
@@ -53,7 +55,11 @@ pub fn lane(cfg: &SourceConfig) -> Lane {
 
 /// Opens the source and starts its reader thread. The thread ends at end of input, when
 /// `stop` is set, or when the receiver is gone.
-pub fn start(cfg: &SourceConfig, tx: Sender<SourceItem>, stop: Arc<AtomicBool>) -> Result<(), SourceError> {
+pub fn start(
+    cfg: &SourceConfig,
+    tx: Sender<SourceItem>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), SourceError> {
     let reader: Box<dyn BufRead + Send> = match cfg {
         SourceConfig::Jsonl(j) => {
             let f = std::fs::File::open(&j.path).map_err(|source| SourceError {
@@ -80,7 +86,9 @@ fn read_lines(mut reader: Box<dyn BufRead + Send>, tx: &Sender<SourceItem>, stop
             Ok(0) => return,
             Ok(_) => {}
             Err(e) => {
-                let _ = tx.send(SourceItem::Error(format!("read error after line {offset}: {e}")));
+                let _ = tx.send(SourceItem::Error(format!(
+                    "read error after line {offset}: {e}"
+                )));
                 return;
             }
         }

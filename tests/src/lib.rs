@@ -79,7 +79,10 @@ impl Scratch {
 /// Reads a JSONL file (missing file: no lines).
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     match std::fs::read_to_string(path) {
-        Ok(t) => t.lines().map(|l| serde_json::from_str(l).expect("output line is JSON")).collect(),
+        Ok(t) => t
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("output line is JSON"))
+            .collect(),
         Err(_) => Vec::new(),
     }
 }

@@ -4,11 +4,15 @@ use serde_json::{json, Value};
 use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
 
 fn report(s: &Scratch) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).expect("report written")).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).expect("report written"))
+        .unwrap()
 }
 
 fn values(lines: &[Value]) -> Vec<String> {
-    lines.iter().map(|l| l["value"].as_str().unwrap_or("").to_owned()).collect()
+    lines
+        .iter()
+        .map(|l| l["value"].as_str().unwrap_or("").to_owned())
+        .collect()
 }
 
 #[test]
@@ -18,14 +22,24 @@ fn filter_enrich_route_reject_and_counts_add_up() {
     for i in 0..300 {
         let status = if i % 3 == 0 { "paid" } else { "open" };
         let region = ["eu", "us"][i % 2];
-        input.push(json!({"key": format!("k{i}"), "value": {"n": i, "status": status, "region": region}}));
+        input.push(
+            json!({"key": format!("k{i}"), "value": {"n": i, "status": status, "region": region}}),
+        );
     }
     input.push(json!({"key": "bad", "value": "{not json"}));
     s.jsonl("in.jsonl", &input);
     let stages = [
-        stage("paid", plugins::JSON_FILTER, &[("field", "status"), ("equals", "paid")]),
+        stage(
+            "paid",
+            plugins::JSON_FILTER,
+            &[("field", "status"), ("equals", "paid")],
+        ),
         stage("enrich", plugins::JSON_ENRICH, &[("set.seen", "yes")]),
-        stage("route", plugins::ROUTER, &[("field", "region"), ("prefix", "orders-")]),
+        stage(
+            "route",
+            plugins::ROUTER,
+            &[("field", "region"), ("prefix", "orders-")],
+        ),
     ]
     .concat();
     s.write("p.yaml", &pipeline_yaml(&stages, ""));
@@ -48,7 +62,10 @@ fn filter_enrich_route_reject_and_counts_add_up() {
     assert_eq!(rejected[0]["key"], "bad");
     assert_eq!(r["stage"], "paid");
     assert!(r["reason"].as_str().unwrap().starts_with("malformed JSON"));
-    assert_eq!(r["source"], json!({"topic": "in", "partition": 0, "offset": 300}));
+    assert_eq!(
+        r["source"],
+        json!({"topic": "in", "partition": 0, "offset": 300})
+    );
     assert_eq!(r["plugin"].as_str().unwrap().len(), 64, "full plugin hash");
     let rep = report(&s);
     assert_eq!(rep["state"], "completed");
@@ -56,7 +73,9 @@ fn filter_enrich_route_reject_and_counts_add_up() {
     let paid = &rep["stages"][0];
     assert_eq!(paid["input"], 301);
     // Every input is accounted for exactly once.
-    let sum = paid["keep"].as_u64().unwrap() + paid["dropped"].as_u64().unwrap() + paid["rejected"].as_u64().unwrap();
+    let sum = paid["keep"].as_u64().unwrap()
+        + paid["dropped"].as_u64().unwrap()
+        + paid["rejected"].as_u64().unwrap();
     assert_eq!(sum, 301);
     assert_eq!(paid["keep"], 100);
     assert_eq!(rep["written"], 100);
@@ -69,18 +88,35 @@ fn filter_enrich_route_reject_and_counts_add_up() {
 fn flat_map_reject_and_fail_stop_before_the_failed_message() {
     let s = scratch!();
     let vals = ["a", "dup", "reject", "b", "fail", "c", "d"];
-    s.jsonl("in.jsonl", &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>());
-    s.write("p.yaml", &pipeline_yaml(&stage("m", plugins::MISBEHAVE, &[]), ""));
+    s.jsonl(
+        "in.jsonl",
+        &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>(),
+    );
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(&stage("m", plugins::MISBEHAVE, &[]), ""),
+    );
     let o = s.run(&["run", "p.yaml"]);
-    assert_eq!(o.status.code(), Some(1), "a stage fail exits 1: {}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a stage fail exits 1: {}",
+        stderr(&o)
+    );
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "dup", "dup", "b"]);
     assert_eq!(values(&s.read_jsonl("rejected.jsonl")), ["reject"]);
     let rep = report(&s);
     assert_eq!(rep["state"], "failed");
     assert_eq!(rep["failure"]["offset"], 4);
     assert_eq!(rep["failure"]["stage"], "m");
-    assert!(rep["failure"]["reason"].as_str().unwrap().contains("asked to fail at offset 4"));
-    assert_eq!(rep["done_through_offset"], 3, "nothing at or after the failed message counts as done");
+    assert!(rep["failure"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("asked to fail at offset 4"));
+    assert_eq!(
+        rep["done_through_offset"], 3,
+        "nothing at or after the failed message counts as done"
+    );
     assert!(stderr(&o).contains("failed at offset 4"));
 }
 
@@ -90,8 +126,15 @@ fn a_fail_in_a_later_stage_truncates_what_earlier_stages_emitted() {
     // Stage one (typed path) emits a copy of every message, the one after "fail" too;
     // stage two flat-maps "dup" and fails on "fail".
     let vals = ["dup", "x", "fail", "dup"];
-    s.jsonl("in.jsonl", &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>());
-    let stages = [stage("one", plugins::TYPED_ONLY, &[]), stage("two", plugins::MISBEHAVE, &[])].concat();
+    s.jsonl(
+        "in.jsonl",
+        &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>(),
+    );
+    let stages = [
+        stage("one", plugins::TYPED_ONLY, &[]),
+        stage("two", plugins::MISBEHAVE, &[]),
+    ]
+    .concat();
     s.write("p.yaml", &pipeline_yaml(&stages, ""));
     let o = s.run(&["run", "p.yaml"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -99,7 +142,10 @@ fn a_fail_in_a_later_stage_truncates_what_earlier_stages_emitted() {
     let rep = report(&s);
     assert_eq!(rep["failure"]["stage"], "two");
     assert_eq!(rep["failure"]["offset"], 2);
-    assert_eq!(rep["stages"][0]["next"], 4, "stage one answered the message after the fail too");
+    assert_eq!(
+        rep["stages"][0]["next"], 4,
+        "stage one answered the message after the fail too"
+    );
     assert_eq!(rep["stages"][0]["contract"], "typed");
     assert_eq!(rep["stages"][1]["contract"], "batch");
     assert_eq!(rep["done_through_offset"], 1);
@@ -111,7 +157,10 @@ fn typed_and_batch_paths_give_identical_results() {
     let mut outs = Vec::new();
     for contract in ["batch", "typed"] {
         let s = scratch!();
-        let mut lines: Vec<Value> = vals.iter().map(|v| json!({"value": v, "key": "k", "headers": [["h", "1"], ["n", null]]})).collect();
+        let mut lines: Vec<Value> = vals
+            .iter()
+            .map(|v| json!({"value": v, "key": "k", "headers": [["h", "1"], ["n", null]]}))
+            .collect();
         lines.push(json!({"key": {"base64": "/wD+"}, "value": {"base64": "gICA"}, "timestamp": 5}));
         s.jsonl("in.jsonl", &lines);
         let st = stage("m", plugins::MISBEHAVE, &[]) + &format!("    contract: {contract}\n");
@@ -126,7 +175,11 @@ fn typed_and_batch_paths_give_identical_results() {
     // 7 inputs, two "dup" add one each, one "reject" leaves.
     assert_eq!(out.len(), 8);
     let last = out.last().unwrap();
-    assert_eq!(last["key"], json!({"base64": "/wD+"}), "non-UTF-8 bytes round-trip");
+    assert_eq!(
+        last["key"],
+        json!({"base64": "/wD+"}),
+        "non-UTF-8 bytes round-trip"
+    );
     assert_eq!(last["value"], json!({"base64": "gICA"}));
     assert_eq!(last["timestamp"], 5);
     assert_eq!(out[0]["headers"], json!([["h", "1"], ["n", null]]));
@@ -135,38 +188,70 @@ fn typed_and_batch_paths_give_identical_results() {
 #[test]
 fn a_component_without_the_sdk_runs_on_the_typed_contract() {
     let s = scratch!();
-    s.jsonl("in.jsonl", &[json!({"value": "hello"}), json!({"value": "reject"})]);
-    s.write("p.yaml", &pipeline_yaml(&stage("typed", plugins::TYPED_ONLY, &[("tag", "v1")]), ""));
+    s.jsonl(
+        "in.jsonl",
+        &[json!({"value": "hello"}), json!({"value": "reject"})],
+    );
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(&stage("typed", plugins::TYPED_ONLY, &[("tag", "v1")]), ""),
+    );
     let o = s.run(&["run", "p.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = s.read_jsonl("out.jsonl");
-    assert_eq!(out, vec![json!({"value": "hello", "headers": [["x-typed", "v1"]]})]);
-    assert_eq!(s.read_jsonl("rejected.jsonl")[0]["reject"]["reason"], "typed stage rejects `reject`");
-    assert!(stderr(&o).contains("typed-only ready"), "guest log reaches host logs");
+    assert_eq!(
+        out,
+        vec![json!({"value": "hello", "headers": [["x-typed", "v1"]]})]
+    );
+    assert_eq!(
+        s.read_jsonl("rejected.jsonl")[0]["reject"]["reason"],
+        "typed stage rejects `reject`"
+    );
+    assert!(
+        stderr(&o).contains("typed-only ready"),
+        "guest log reaches host logs"
+    );
     assert_eq!(report(&s)["stages"][0]["contract"], "typed");
 }
 
 #[test]
 fn malformed_input_lines_go_to_the_reject_path() {
     let s = scratch!();
-    s.write("in.jsonl", "{\"value\": \"a\"}\nnot json at all\n{\"valeu\": 1}\n{\"value\": \"b\"}\n");
-    s.write("p.yaml", &pipeline_yaml(&stage("p", plugins::PASSTHROUGH, &[]), ""));
+    s.write(
+        "in.jsonl",
+        "{\"value\": \"a\"}\nnot json at all\n{\"valeu\": 1}\n{\"value\": \"b\"}\n",
+    );
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(&stage("p", plugins::PASSTHROUGH, &[]), ""),
+    );
     let o = s.run(&["run", "p.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
     let rej = s.read_jsonl("rejected.jsonl");
     assert_eq!(values(&rej), ["not json at all", "{\"valeu\": 1}"]);
     assert_eq!(rej[0]["reject"]["stage"], "source");
-    assert!(rej[1]["reject"]["reason"].as_str().unwrap().contains("line 3"));
+    assert!(rej[1]["reject"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("line 3"));
     assert_eq!(report(&s)["malformed"], 2);
 }
 
 #[test]
 fn order_is_kept_across_many_batches_and_an_empty_chain_passes_through() {
     let s = scratch!();
-    let input: Vec<Value> = (0..5000).map(|i| json!({"value": format!("m{i}")})).collect();
+    let input: Vec<Value> = (0..5000)
+        .map(|i| json!({"value": format!("m{i}")}))
+        .collect();
     s.jsonl("in.jsonl", &input);
-    s.write("p.yaml", &pipeline_yaml(&stage("p", plugins::PASSTHROUGH, &[]), "batch:\n  max_messages: 64\n  max_bytes: 2KiB\n"));
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(
+            &stage("p", plugins::PASSTHROUGH, &[]),
+            "batch:\n  max_messages: 64\n  max_bytes: 2KiB\n",
+        ),
+    );
     let o = s.run(&["run", "p.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let want: Vec<String> = (0..5000).map(|i| format!("m{i}")).collect();
@@ -174,7 +259,10 @@ fn order_is_kept_across_many_batches_and_an_empty_chain_passes_through() {
 
     let s2 = scratch!();
     s2.jsonl("in.jsonl", &input[..10]);
-    s2.write("p.yaml", &pipeline_yaml("  []", "").replace("stages:\n  []", "stages: []"));
+    s2.write(
+        "p.yaml",
+        &pipeline_yaml("  []", "").replace("stages:\n  []", "stages: []"),
+    );
     let o = s2.run(&["run", "p.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(s2.read_jsonl("out.jsonl").len(), 10);

@@ -4,14 +4,20 @@ use serde_json::{json, Value};
 use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr};
 
 fn no_panic(text: &str) {
-    assert!(!text.contains("panicked") && !text.contains("RUST_BACKTRACE"), "panic output: {text}");
+    assert!(
+        !text.contains("panicked") && !text.contains("RUST_BACKTRACE"),
+        "panic output: {text}"
+    );
 }
 
 #[test]
 fn invalid_yaml_names_file_line_and_field_with_a_suggestion() {
     let s = scratch!();
     s.write("in.jsonl", "");
-    let yaml = pipeline_yaml(&(stage("a", plugins::PASSTHROUGH, &[]) + "    limts:\n      memory: 1MiB\n"), "");
+    let yaml = pipeline_yaml(
+        &(stage("a", plugins::PASSTHROUGH, &[]) + "    limts:\n      memory: 1MiB\n"),
+        "",
+    );
     let line = yaml.lines().position(|l| l.contains("limts")).unwrap() + 1;
     s.write("p.yaml", &yaml);
     for cmd in ["run", "check"] {
@@ -19,7 +25,10 @@ fn invalid_yaml_names_file_line_and_field_with_a_suggestion() {
         assert_eq!(o.status.code(), Some(2));
         let e = stderr(&o);
         assert!(e.contains(&format!("p.yaml:{line}:")), "{e}");
-        assert!(e.contains("field `stages[0].limts`") && e.contains("unknown field `limts`"), "{e}");
+        assert!(
+            e.contains("field `stages[0].limts`") && e.contains("unknown field `limts`"),
+            "{e}"
+        );
         assert!(e.contains("did you mean `limits`?"), "{e}");
         no_panic(&e);
     }
@@ -29,22 +38,40 @@ fn invalid_yaml_names_file_line_and_field_with_a_suggestion() {
 fn bad_values_name_their_field() {
     let s = scratch!();
     let cases = [
-        ("    limits:\n      memory: lots\n", "stages[0].limits.memory"),
-        ("    limits:\n      timeout: soon\n", "stages[0].limits.timeout"),
+        (
+            "    limits:\n      memory: lots\n",
+            "stages[0].limits.memory",
+        ),
+        (
+            "    limits:\n      timeout: soon\n",
+            "stages[0].limits.timeout",
+        ),
         ("    on_trap: explode\n", "stages[0].on_trap"),
     ];
     for (extra, field) in cases {
-        s.write("p.yaml", &pipeline_yaml(&(stage("a", plugins::PASSTHROUGH, &[]) + extra), ""));
+        s.write(
+            "p.yaml",
+            &pipeline_yaml(&(stage("a", plugins::PASSTHROUGH, &[]) + extra), ""),
+        );
         let o = s.run(&["check", "p.yaml"]);
         assert_eq!(o.status.code(), Some(2));
         let e = stderr(&o);
         assert!(e.contains(field) && e.contains("p.yaml:"), "{field}: {e}");
         no_panic(&e);
     }
-    s.write("p.yaml", "source:\n  jsonl: { path: ${WEIR_TEST_UNSET_VAR} }\nsink:\n  discard: {}\n");
+    s.write(
+        "p.yaml",
+        "source:\n  jsonl: { path: ${WEIR_TEST_UNSET_VAR} }\nsink:\n  discard: {}\n",
+    );
     let e = stderr(&s.run(&["check", "p.yaml"]));
-    assert!(e.contains("p.yaml:2:") && e.contains("`WEIR_TEST_UNSET_VAR` is not set"), "{e}");
-    s.write("p.yaml", "source:\n  jsonl: { path: a }\n  stdin: {}\nsink:\n  discard: {}\n");
+    assert!(
+        e.contains("p.yaml:2:") && e.contains("`WEIR_TEST_UNSET_VAR` is not set"),
+        "{e}"
+    );
+    s.write(
+        "p.yaml",
+        "source:\n  jsonl: { path: a }\n  stdin: {}\nsink:\n  discard: {}\n",
+    );
     let e = stderr(&s.run(&["check", "p.yaml"]));
     assert!(e.contains("exactly one of `jsonl`, `stdin`"), "{e}");
     let o = s.run(&["check", "missing.yaml"]);
@@ -60,9 +87,18 @@ fn missing_or_wrong_plugins_name_the_stage_and_what_was_expected() {
     std::fs::write(s.path("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
     let cases = [
         ("nope.wasm".to_owned(), "stage `bad`: cannot read plugin"),
-        (s.path("garbage.wasm").display().to_string(), "is not a WebAssembly binary"),
-        (s.path("core.wasm").display().to_string(), "is a core WebAssembly module, not a component"),
-        (plugins::WRONG_WORLD.to_owned(), "is not a Weir stage: it exports wasi:cli/run"),
+        (
+            s.path("garbage.wasm").display().to_string(),
+            "is not a WebAssembly binary",
+        ),
+        (
+            s.path("core.wasm").display().to_string(),
+            "is a core WebAssembly module, not a component",
+        ),
+        (
+            plugins::WRONG_WORLD.to_owned(),
+            "is not a Weir stage: it exports wasi:cli/run",
+        ),
     ];
     for (plugin, want) in cases {
         s.write("p.yaml", &pipeline_yaml(&stage("bad", &plugin, &[]), ""));
@@ -80,15 +116,34 @@ fn missing_or_wrong_plugins_name_the_stage_and_what_was_expected() {
 fn init_errors_stop_start_up_naming_the_stage() {
     let s = scratch!();
     s.write("in.jsonl", "{\"value\":\"a\"}\n");
-    s.write("p.yaml", &pipeline_yaml(&stage("needy", plugins::MISBEHAVE, &[("init_error", "missing api key")]), ""));
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(
+            &stage(
+                "needy",
+                plugins::MISBEHAVE,
+                &[("init_error", "missing api key")],
+            ),
+            "",
+        ),
+    );
     let o = s.run(&["check", "p.yaml"]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(e.contains("stage `needy`") && e.contains("init failed: missing api key"), "{e}");
+    assert!(
+        e.contains("stage `needy`") && e.contains("init failed: missing api key"),
+        "{e}"
+    );
     // The SDK's own config errors read the same way.
-    s.write("p.yaml", &pipeline_yaml(&stage("filter", plugins::JSON_FILTER, &[]), ""));
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(&stage("filter", plugins::JSON_FILTER, &[]), ""),
+    );
     let e = stderr(&s.run(&["run", "p.yaml"]));
-    assert!(e.contains("stage `filter`") && e.contains("missing config key `field`"), "{e}");
+    assert!(
+        e.contains("stage `filter`") && e.contains("missing config key `field`"),
+        "{e}"
+    );
     assert!(!s.path("out.jsonl").exists(), "nothing ran");
 }
 
@@ -96,29 +151,64 @@ fn init_errors_stop_start_up_naming_the_stage() {
 fn check_prints_the_chain() {
     let s = scratch!();
     s.write("in.jsonl", "");
-    let stages = [stage("f", plugins::JSON_FILTER, &[("field", "x")]), stage("t", plugins::TYPED_ONLY, &[])].concat();
+    let stages = [
+        stage("f", plugins::JSON_FILTER, &[("field", "x")]),
+        stage("t", plugins::TYPED_ONLY, &[]),
+    ]
+    .concat();
     s.write("p.yaml", &pipeline_yaml(&stages, ""));
     let o = s.run(&["check", "p.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("2 stage(s)"), "{out}");
-    assert!(out.contains("1. f") && out.contains("contract=Batch"), "{out}");
-    assert!(out.contains("2. t") && out.contains("contract=Typed"), "{out}");
+    assert!(
+        out.contains("1. f") && out.contains("contract=Batch"),
+        "{out}"
+    );
+    assert!(
+        out.contains("2. t") && out.contains("contract=Typed"),
+        "{out}"
+    );
 }
 
 #[test]
 fn weir_test_prints_every_outcome() {
     let s = scratch!();
-    s.jsonl("in.jsonl", &[json!({"value": "a"}), json!({"value": "dup"}), json!({"value": "reject"}), json!({"value": "trap"}), json!({"value": "fail"})]);
+    s.jsonl(
+        "in.jsonl",
+        &[
+            json!({"value": "a"}),
+            json!({"value": "dup"}),
+            json!({"value": "reject"}),
+            json!({"value": "trap"}),
+            json!({"value": "fail"}),
+        ],
+    );
     let o = s.run(&["test", plugins::MISBEHAVE, "--input", "in.jsonl"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let outcomes: Vec<&str> = lines.iter().map(|l| l["outcome"].as_str().unwrap()).collect();
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcomes: Vec<&str> = lines
+        .iter()
+        .map(|l| l["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(outcomes, ["keep", "next", "reject", "trap", "fail"]);
     assert_eq!(lines[1]["messages"].as_array().unwrap().len(), 2);
-    assert!(lines[3]["reason"].as_str().unwrap().contains("asked to trap"));
+    assert!(lines[3]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("asked to trap"));
 
-    let o = s.run(&["test", plugins::JSON_FILTER, "--input", "in.jsonl", "--config", "field=x"]);
+    let o = s.run(&[
+        "test",
+        plugins::JSON_FILTER,
+        "--input",
+        "in.jsonl",
+        "--config",
+        "field=x",
+    ]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("malformed JSON"));
     let o = s.run(&["test", plugins::JSON_FILTER, "--input", "in.jsonl"]);
@@ -133,12 +223,27 @@ fn inspect_shows_contract_and_imports() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["shape"], "batch");
-    assert!(v["exports"].as_array().unwrap().iter().any(|i| i == "weir:stage/batch@0.1.0"));
-    let v: Value = serde_json::from_slice(&s.run(&["inspect", plugins::TYPED_ONLY]).stdout).unwrap();
+    assert!(v["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|i| i == "weir:stage/batch@0.1.0"));
+    let v: Value =
+        serde_json::from_slice(&s.run(&["inspect", plugins::TYPED_ONLY]).stdout).unwrap();
     assert_eq!(v["shape"], "typed");
     // It logs, so it imports the host's log interface (unused imports are stripped by the linker).
-    assert!(v["imports"].as_array().unwrap().iter().any(|i| i == "weir:stage/log@0.1.0"), "{v}");
-    assert_eq!(s.run(&["inspect", plugins::WRONG_WORLD]).status.code(), Some(2));
+    assert!(
+        v["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i == "weir:stage/log@0.1.0"),
+        "{v}"
+    );
+    assert_eq!(
+        s.run(&["inspect", plugins::WRONG_WORLD]).status.code(),
+        Some(2)
+    );
 }
 
 #[test]
@@ -158,19 +263,33 @@ fn the_committed_json_schema_is_current() {
     let s = scratch!();
     let o = s.run(&["schema"]);
     assert!(o.status.success());
-    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/weir.schema.json")).unwrap();
-    assert_eq!(String::from_utf8_lossy(&o.stdout), committed, "run `weir schema > docs/weir.schema.json`");
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/weir.schema.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        committed,
+        "run `weir schema > docs/weir.schema.json`"
+    );
 }
 
 #[test]
 fn compiled_components_are_cached_and_a_broken_entry_is_recompiled() {
     let s = scratch!();
     s.write("in.jsonl", "");
-    s.write("p.yaml", &pipeline_yaml(&stage("f", plugins::JSON_FILTER, &[("field", "x")]), ""));
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(&stage("f", plugins::JSON_FILTER, &[("field", "x")]), ""),
+    );
     let first = s.run(&["check", "p.yaml"]);
     assert!(first.status.success());
     assert!(String::from_utf8_lossy(&first.stdout).contains("cache=Miss"));
-    let entries: Vec<_> = std::fs::read_dir(s.path("cache")).unwrap().map(|e| e.unwrap().path()).collect();
+    let entries: Vec<_> = std::fs::read_dir(s.path("cache"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(entries.len(), 1);
     assert!(entries[0].extension().is_some_and(|e| e == "cwasm"));
     let second = s.run(&["check", "p.yaml"]);

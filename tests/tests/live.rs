@@ -33,10 +33,19 @@ impl Live {
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
-        let live = Live { child, stdin, log_path, next: 0 };
+        let live = Live {
+            child,
+            stdin,
+            log_path,
+            next: 0,
+        };
         let t = Instant::now();
         while !live.log().contains("pipeline running") {
-            assert!(t.elapsed() < Duration::from_secs(60), "never started:\n{}", live.log());
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "never started:\n{}",
+                live.log()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         live
@@ -50,10 +59,15 @@ impl Live {
     fn feed(&mut self, n: usize) {
         let stdin = self.stdin.as_mut().unwrap();
         for _ in 0..n {
-            let sent = writeln!(stdin, "{{\"value\": {{\"n\": {}}}}}", self.next).and_then(|()| stdin.flush());
+            let sent = writeln!(stdin, "{{\"value\": {{\"n\": {}}}}}", self.next)
+                .and_then(|()| stdin.flush());
             if let Err(e) = sent {
                 std::thread::sleep(Duration::from_millis(100));
-                panic!("weir stopped reading ({e}), {:?}:\n{}", self.child.try_wait(), self.log());
+                panic!(
+                    "weir stopped reading ({e}), {:?}:\n{}",
+                    self.child.try_wait(),
+                    self.log()
+                );
             }
             self.next += 1;
             std::thread::sleep(Duration::from_millis(1));
@@ -64,13 +78,20 @@ impl Live {
     fn feed_until_logged(&mut self, what: &str) {
         let t = Instant::now();
         while !self.log().contains(what) {
-            assert!(t.elapsed() < Duration::from_secs(60), "never logged {what:?}:\n{}", self.log());
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "never logged {what:?}:\n{}",
+                self.log()
+            );
             self.feed(5);
         }
     }
 
     fn signal(&self, sig: &str) {
-        let ok = std::process::Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
         assert!(ok.success());
     }
 
@@ -117,9 +138,15 @@ fn replacing_the_plugin_file_swaps_at_a_batch_boundary_without_loss() {
     let (status, log) = live.finish();
     assert!(status.success(), "{log}");
     let v = versions(&s, n);
-    let first_v2 = v.iter().position(|b| *b).expect("some messages ran on the new version");
+    let first_v2 = v
+        .iter()
+        .position(|b| *b)
+        .expect("some messages ran on the new version");
     assert!(first_v2 >= 100, "nothing before the swap ran on v2");
-    assert!(v[first_v2..].iter().all(|b| *b), "after the swap every message runs on v2, once");
+    assert!(
+        v[first_v2..].iter().all(|b| *b),
+        "after the swap every message runs on v2, once"
+    );
     let rep = report(&s);
     assert_eq!(rep["stages"][0]["swaps"], 1);
     assert_eq!(rep["reloads"]["published"], 1);
@@ -155,7 +182,10 @@ fn sighup_reloads_when_watching_is_off() {
     live.feed(50);
     replace_atomically(&s, plugins::JSON_ENRICH);
     live.feed(100);
-    assert!(!live.log().contains("plugin swapped"), "no watcher: no swap yet");
+    assert!(
+        !live.log().contains("plugin swapped"),
+        "no watcher: no swap yet"
+    );
     live.signal("-HUP");
     live.feed_until_logged("plugin swapped");
     live.feed(20);
@@ -174,7 +204,10 @@ fn sigterm_drains_what_was_read_and_exits_cleanly() {
     live.feed(200);
     let t = Instant::now();
     while s.read_jsonl("out.jsonl").len() < 200 {
-        assert!(t.elapsed() < Duration::from_secs(30), "messages never came out");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "messages never came out"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     live.signal("-TERM");

@@ -6,7 +6,10 @@ use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
 
 fn run_misbehave(vals: &[&str], limits: &str, extra: &str) -> (Scratch, std::process::Output) {
     let s = scratch!();
-    s.jsonl("in.jsonl", &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>());
+    s.jsonl(
+        "in.jsonl",
+        &vals.iter().map(|v| json!({"value": v})).collect::<Vec<_>>(),
+    );
     let st = stage("hostile", plugins::MISBEHAVE, &[]) + limits;
     s.write("p.yaml", &pipeline_yaml(&st, extra));
     let o = s.run(&["run", "p.yaml"]);
@@ -18,11 +21,17 @@ fn report(s: &Scratch) -> Value {
 }
 
 fn values(lines: &[Value]) -> Vec<String> {
-    lines.iter().map(|l| l["value"].as_str().unwrap().to_owned()).collect()
+    lines
+        .iter()
+        .map(|l| l["value"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 fn reasons(s: &Scratch) -> Vec<String> {
-    s.read_jsonl("rejected.jsonl").iter().map(|l| l["reject"]["reason"].as_str().unwrap().to_owned()).collect()
+    s.read_jsonl("rejected.jsonl")
+        .iter()
+        .map(|l| l["reject"]["reason"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
@@ -33,7 +42,11 @@ fn a_trap_rejects_only_its_message_with_the_panic_text() {
     let r = reasons(&s);
     assert_eq!(r.len(), 1);
     assert!(r[0].starts_with("trap: "), "{}", r[0]);
-    assert!(r[0].contains("misbehave: asked to trap at offset 2"), "guest stderr captured: {}", r[0]);
+    assert!(
+        r[0].contains("misbehave: asked to trap at offset 2"),
+        "guest stderr captured: {}",
+        r[0]
+    );
     let sb = &report(&s)["stages"][0]["sandbox"];
     assert_eq!(sb["traps"], 2, "the batch call and the isolated retry");
     assert_eq!(sb["restarts"], 2);
@@ -41,7 +54,9 @@ fn a_trap_rejects_only_its_message_with_the_panic_text() {
 
 #[test]
 fn repeated_traps_never_loop() {
-    let vals: Vec<&str> = (0..200).map(|i| if i % 2 == 0 { "trap" } else { "ok" }).collect();
+    let vals: Vec<&str> = (0..200)
+        .map(|i| if i % 2 == 0 { "trap" } else { "ok" })
+        .collect();
     let (s, o) = run_misbehave(&vals, "", "batch:\n  max_messages: 16\n");
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(s.read_jsonl("out.jsonl").len(), 100);
@@ -51,7 +66,11 @@ fn repeated_traps_never_loop() {
 #[test]
 fn an_infinite_loop_hits_the_deadline() {
     let started = std::time::Instant::now();
-    let (s, o) = run_misbehave(&["a", "loop", "b"], "    limits:\n      timeout: 50ms\n", "");
+    let (s, o) = run_misbehave(
+        &["a", "loop", "b"],
+        "    limits:\n      timeout: 50ms\n",
+        "",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
     let r = reasons(&s);
@@ -64,17 +83,30 @@ fn an_infinite_loop_hits_the_deadline() {
 
 #[test]
 fn a_memory_bomb_hits_the_memory_cap() {
-    let (s, o) = run_misbehave(&["a", "bomb", "b"], "    limits:\n      memory: 16MiB\n", "");
+    let (s, o) = run_misbehave(
+        &["a", "bomb", "b"],
+        "    limits:\n      memory: 16MiB\n",
+        "",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
     let r = reasons(&s);
     assert!(r[0].contains("memory limit of 16MiB exceeded"), "{}", r[0]);
-    assert!(report(&s)["stages"][0]["sandbox"]["memory_exceeded"].as_u64().unwrap() >= 1);
+    assert!(
+        report(&s)["stages"][0]["sandbox"]["memory_exceeded"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
 }
 
 #[test]
 fn huge_output_hits_max_output() {
-    let (s, o) = run_misbehave(&["a", "huge", "b"], "    limits:\n      memory: 128MiB\n      max_output: 1MiB\n", "");
+    let (s, o) = run_misbehave(
+        &["a", "huge", "b"],
+        "    limits:\n      memory: 128MiB\n      max_output: 1MiB\n",
+        "",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
     let r = reasons(&s);
@@ -84,7 +116,11 @@ fn huge_output_hits_max_output() {
 
 #[test]
 fn huge_output_on_the_typed_path_is_capped_too() {
-    let (s, o) = run_misbehave(&["huge", "b"], "    contract: typed\n    limits:\n      memory: 128MiB\n      max_output: 1MiB\n", "");
+    let (s, o) = run_misbehave(
+        &["huge", "b"],
+        "    contract: typed\n    limits:\n      memory: 128MiB\n      max_output: 1MiB\n",
+        "",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["b"]);
     assert!(reasons(&s)[0].contains("exceeds max_output"));
@@ -97,16 +133,33 @@ fn on_trap_fail_stops_the_pipeline_before_the_message() {
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a"]);
     let rep = report(&s);
     assert_eq!(rep["failure"]["offset"], 1);
-    assert!(rep["failure"]["reason"].as_str().unwrap().starts_with("trap: "));
+    assert!(rep["failure"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("trap: "));
     assert_eq!(rep["done_through_offset"], 0);
 }
 
 #[test]
 fn the_sandbox_grants_no_files_environment_or_network() {
     let s = scratch!();
-    s.jsonl("in.jsonl", &[json!({"value": "read-file"}), json!({"value": "env"}), json!({"value": "net"})]);
-    s.write("p.yaml", &pipeline_yaml(&stage("probe", plugins::MISBEHAVE, &[]), ""));
-    let o = s.weir(&["run", "p.yaml"]).env("WEIR_SECRET", "hunter2").output().unwrap();
+    s.jsonl(
+        "in.jsonl",
+        &[
+            json!({"value": "read-file"}),
+            json!({"value": "env"}),
+            json!({"value": "net"}),
+        ],
+    );
+    s.write(
+        "p.yaml",
+        &pipeline_yaml(&stage("probe", plugins::MISBEHAVE, &[]), ""),
+    );
+    let o = s
+        .weir(&["run", "p.yaml"])
+        .env("WEIR_SECRET", "hunter2")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let r = reasons(&s);
     assert!(r[0].starts_with("probe: file read denied"), "{}", r[0]);

@@ -12,7 +12,11 @@ pub fn check(path: &Path) -> ExitCode {
         Ok(p) => p,
         Err(e) => return super::bad_input(e),
     };
-    println!("pipeline `{}`: {} stage(s), all instantiated and initialised", cfg.name, prepared.slots.len());
+    println!(
+        "pipeline `{}`: {} stage(s), all instantiated and initialised",
+        cfg.name,
+        prepared.slots.len()
+    );
     for (i, slot) in prepared.slots.iter().enumerate() {
         let (_, plugin) = slot.current();
         println!(

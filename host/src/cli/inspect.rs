@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use serde_json::json;
 
 pub fn inspect(path: &Path) -> ExitCode {
-    let engine = match crate::engine::WeirEngine::new(64 << 20, crate::engine::default_cache_dir()) {
+    let engine = match crate::engine::WeirEngine::new(64 << 20, crate::engine::default_cache_dir())
+    {
         Ok(e) => e,
         Err(e) => return super::bad_input(e),
     };

@@ -79,9 +79,12 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,cranelift=warn,wasmtime=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

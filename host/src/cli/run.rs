@@ -24,11 +24,16 @@ pub fn run(args: &RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return super::bad_input(e),
     };
-    let opts = RunOptions { report: args.report.clone() };
+    let opts = RunOptions {
+        report: args.report.clone(),
+    };
     match pipeline::run(&cfg, &opts) {
         Ok(report) => {
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("report serializes")
+                );
             } else {
                 eprint!("{}", report.summary());
             }

@@ -45,9 +45,16 @@ pub fn test(args: &TestArgs) -> ExitCode {
         Err(e) => return super::bad_input(format!("{}: {e}", args.input.display())),
     };
     let mut msgs = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         match jsonl::parse_line(line) {
-            Ok(msg) => msgs.push(Envelope { offset: i as i64, msg }),
+            Ok(msg) => msgs.push(Envelope {
+                offset: i as i64,
+                msg,
+            }),
             Err(e) => return super::bad_input(format!("{}:{}: {e}", args.input.display(), i + 1)),
         }
     }
@@ -66,13 +73,20 @@ pub fn test(args: &TestArgs) -> ExitCode {
         timeout: args.timeout,
         max_output: 4 << 20,
         on_trap: TrapPolicy::Reject,
-        contract: if args.typed { ContractChoice::Typed } else { ContractChoice::Auto },
+        contract: if args.typed {
+            ContractChoice::Typed
+        } else {
+            ContractChoice::Auto
+        },
     });
     let mut inst = match StageInstance::new(&engine, spec, plugin) {
         Ok(i) => i,
         Err(e) => return super::bad_input(e),
     };
-    let lane = Lane { topic: "test".into(), partition: 0 };
+    let lane = Lane {
+        topic: "test".into(),
+        partition: 0,
+    };
     // One message per call, so every outcome (traps included) is attributed exactly.
     for env in &msgs {
         let mut out = Vec::new();
@@ -88,8 +102,12 @@ pub fn test(args: &TestArgs) -> ExitCode {
                 "outcome": "next",
                 "messages": m.iter().map(|m| Value::Object(jsonl::message_json(m))).collect::<Vec<_>>(),
             }),
-            Some(Verdict::Reject(r)) if trapped => json!({"offset": env.offset, "outcome": "trap", "reason": r}),
-            Some(Verdict::Reject(r)) => json!({"offset": env.offset, "outcome": "reject", "reason": r}),
+            Some(Verdict::Reject(r)) if trapped => {
+                json!({"offset": env.offset, "outcome": "trap", "reason": r})
+            }
+            Some(Verdict::Reject(r)) => {
+                json!({"offset": env.offset, "outcome": "reject", "reason": r})
+            }
             Some(Verdict::Fail(r)) => json!({"offset": env.offset, "outcome": "fail", "reason": r}),
             None => json!({"offset": env.offset, "outcome": "none"}),
         };

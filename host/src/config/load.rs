@@ -40,7 +40,11 @@ pub fn load(path: &Path) -> Result<PipelineConfig, ConfigError> {
 }
 
 /// Parses pipeline YAML `text` (named `path` in errors), with `env` for `${VAR}`.
-pub fn load_str(path: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PipelineConfig, ConfigError> {
+pub fn load_str(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PipelineConfig, ConfigError> {
     let invalid = |line: usize, message: String| ConfigError::Invalid {
         path: path.to_owned(),
         line,
@@ -56,7 +60,11 @@ pub fn load_str(path: &Path, text: &str, env: &dyn Fn(&str) -> Option<String>) -
         if let Some(s) = suggestion(&msg) {
             msg.push_str(&format!("; did you mean `{s}`?"));
         }
-        let at = if field == "." { String::new() } else { format!("field `{field}`: ") };
+        let at = if field == "." {
+            String::new()
+        } else {
+            format!("field `{field}`: ")
+        };
         invalid(line, format!("{at}{msg}"))
     })?;
     validate(&cfg, &text).map_err(|(line, m)| invalid(line, m))?;
@@ -78,7 +86,9 @@ fn strip_location(msg: &str) -> String {
 
 /// For "unknown field `x`, expected one of `a`, `b`" (and variants), the nearest valid name.
 fn suggestion(msg: &str) -> Option<String> {
-    let rest = msg.strip_prefix("unknown field `").or_else(|| msg.strip_prefix("unknown variant `"))?;
+    let rest = msg
+        .strip_prefix("unknown field `")
+        .or_else(|| msg.strip_prefix("unknown variant `"))?;
     let (bad, rest) = rest.split_once('`')?;
     let candidates: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
     candidates
@@ -90,7 +100,10 @@ fn suggestion(msg: &str) -> Option<String> {
 }
 
 /// Replaces `${NAME}` and `${NAME:-default}`; `$${` stays a literal `${`.
-fn interpolate(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, (usize, String)> {
+fn interpolate(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, (usize, String)> {
     let mut out = String::with_capacity(text.len());
     for (i, line) in text.split_inclusive('\n').enumerate() {
         let mut rest = line;
@@ -103,9 +116,12 @@ fn interpolate(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Strin
             }
             out.push_str(&rest[..pos]);
             let after = &rest[pos + 2..];
-            let end = after
-                .find('}')
-                .ok_or_else(|| (i + 1, "unterminated `${` (write `$${` for a literal)".to_owned()))?;
+            let end = after.find('}').ok_or_else(|| {
+                (
+                    i + 1,
+                    "unterminated `${` (write `$${` for a literal)".to_owned(),
+                )
+            })?;
             let expr = &after[..end];
             let (name, default) = match expr.split_once(":-") {
                 Some((n, d)) => (n, Some(d)),
@@ -129,27 +145,41 @@ fn interpolate(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Strin
 
 /// The 1-based line where `needle` first appears after `from_line` (best effort, for errors).
 fn line_of(text: &str, needle: &str) -> usize {
-    text.lines().position(|l| l.contains(needle)).map_or(0, |i| i + 1)
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map_or(0, |i| i + 1)
 }
 
 fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
     let mut seen = std::collections::HashSet::new();
     for (i, s) in cfg.stages.iter().enumerate() {
         if s.name.is_empty() {
-            return Err((line_of(text, "name:"), format!("field `stages[{i}].name`: must not be empty")));
+            return Err((
+                line_of(text, "name:"),
+                format!("field `stages[{i}].name`: must not be empty"),
+            ));
         }
         if !seen.insert(s.name.as_str()) {
             return Err((
                 line_of(text, &format!("name: {}", s.name)),
-                format!("field `stages[{i}].name`: stage name `{}` is used twice", s.name),
+                format!(
+                    "field `stages[{i}].name`: stage name `{}` is used twice",
+                    s.name
+                ),
             ));
         }
         if s.limits.timeout.is_zero() {
-            return Err((line_of(text, "timeout:"), format!("field `stages[{i}].limits.timeout`: must be above zero")));
+            return Err((
+                line_of(text, "timeout:"),
+                format!("field `stages[{i}].limits.timeout`: must be above zero"),
+            ));
         }
     }
     if cfg.batch.max_messages == 0 {
-        return Err((line_of(text, "max_messages:"), "field `batch.max_messages`: must be at least 1".into()));
+        return Err((
+            line_of(text, "max_messages:"),
+            "field `batch.max_messages`: must be at least 1".into(),
+        ));
     }
     Ok(())
 }
@@ -184,7 +214,10 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<PipelineConfig, String> {
-        load_str(Path::new("p.yaml"), text, &|k| (k == "SET").then(|| "out.jsonl".to_owned())).map_err(|e| e.to_string())
+        load_str(Path::new("p.yaml"), text, &|k| {
+            (k == "SET").then(|| "out.jsonl".to_owned())
+        })
+        .map_err(|e| e.to_string())
     }
 
     const OK: &str = "source:\n  jsonl: { path: in.jsonl }\nsink:\n  jsonl: { path: ${SET} }\n";
@@ -192,7 +225,9 @@ mod tests {
     #[test]
     fn minimal_pipeline_parses_with_env() {
         let cfg = parse(OK).unwrap();
-        let SinkConfig::Jsonl(s) = cfg.sink else { panic!() };
+        let SinkConfig::Jsonl(s) = cfg.sink else {
+            panic!()
+        };
         assert_eq!(s.path, PathBuf::from("out.jsonl"));
     }
 
@@ -200,27 +235,41 @@ mod tests {
     fn unknown_key_names_file_line_field_and_suggestion() {
         let text = "source:\n  jsonl: { path: in.jsonl }\nsink:\n  discard: {}\nstages:\n  - name: a\n    plugin: a.wasm\n    limts: {}\n";
         let err = parse(text).unwrap_err();
-        assert!(err.starts_with("p.yaml:8: field `stages[0].limts`: unknown field"), "{err}");
+        assert!(
+            err.starts_with("p.yaml:8: field `stages[0].limts`: unknown field"),
+            "{err}"
+        );
         assert!(err.contains("unknown field `limts`"), "{err}");
         assert!(err.contains("did you mean `limits`?"), "{err}");
     }
 
     #[test]
     fn bad_size_and_duration_name_the_field() {
-        let text = format!("{OK}stages:\n  - name: a\n    plugin: a.wasm\n    limits: {{ memory: lots }}\n");
+        let text = format!(
+            "{OK}stages:\n  - name: a\n    plugin: a.wasm\n    limits: {{ memory: lots }}\n"
+        );
         let err = parse(&text).unwrap_err();
         assert!(err.contains("stages[0].limits.memory"), "{err}");
         let text = format!("{OK}batch:\n  linger: soon\n");
         let err = parse(&text).unwrap_err();
-        assert!(err.contains("batch.linger") && err.starts_with("p.yaml:6"), "{err}");
+        assert!(
+            err.contains("batch.linger") && err.starts_with("p.yaml:6"),
+            "{err}"
+        );
     }
 
     #[test]
     fn unset_env_is_an_error_with_line() {
         let err = parse("source:\n  jsonl: { path: ${NOPE} }\n").unwrap_err();
-        assert!(err.starts_with("p.yaml:2:") && err.contains("`NOPE` is not set"), "{err}");
-        let cfg = parse("source:\n  jsonl: { path: ${NOPE:-x.jsonl} }\nsink:\n  discard: {}\n").unwrap();
-        let SourceConfig::Jsonl(s) = cfg.source else { panic!() };
+        assert!(
+            err.starts_with("p.yaml:2:") && err.contains("`NOPE` is not set"),
+            "{err}"
+        );
+        let cfg =
+            parse("source:\n  jsonl: { path: ${NOPE:-x.jsonl} }\nsink:\n  discard: {}\n").unwrap();
+        let SourceConfig::Jsonl(s) = cfg.source else {
+            panic!()
+        };
         assert_eq!(s.path, PathBuf::from("x.jsonl"));
     }
 
@@ -232,7 +281,9 @@ mod tests {
 
     #[test]
     fn duplicate_stage_names_are_refused() {
-        let text = format!("{OK}stages:\n  - name: a\n    plugin: a.wasm\n  - name: a\n    plugin: b.wasm\n");
+        let text = format!(
+            "{OK}stages:\n  - name: a\n    plugin: a.wasm\n  - name: a\n    plugin: b.wasm\n"
+        );
         assert!(parse(&text).unwrap_err().contains("used twice"));
     }
 }

@@ -23,7 +23,11 @@ impl FromStr for ByteSize {
     fn from_str(s: &str) -> Result<Self, String> {
         bytesize::ByteSize::from_str(s.trim())
             .map(|b| ByteSize(b.as_u64()))
-            .map_err(|_| format!("invalid size {s:?}: expected e.g. `64MiB`, `512KiB`, `1MB` or a byte count"))
+            .map_err(|_| {
+                format!(
+                    "invalid size {s:?}: expected e.g. `64MiB`, `512KiB`, `1MB` or a byte count"
+                )
+            })
     }
 }
 
@@ -31,7 +35,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Exact sizes print the way they are written in YAML (`64MiB`), others approximately.
         for (unit, name) in [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
-            if self.0 >= unit && self.0 % unit == 0 {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
                 return write!(f, "{}{name}", self.0 / unit);
             }
         }

@@ -7,7 +7,9 @@ wasmtime::component::bindgen!({
 
 pub use exports::weir::stage::batch::{Guest as BatchGuest, GuestIndices as BatchIndices};
 pub use exports::weir::stage::stage::{Guest as StageGuest, GuestIndices as StageIndices};
-pub use weir::stage::types::{Header as WitHeader, Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome};
+pub use weir::stage::types::{
+    Header as WitHeader, Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome,
+};
 
 /// The export a component must have to be a stage.
 pub const STAGE_EXPORT: &str = "weir:stage/stage@0.1.0";

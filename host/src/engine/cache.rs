@@ -41,12 +41,21 @@ fn cache_file(engine: &Engine, dir: &Path, hash: &str) -> PathBuf {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     let engine_key = format!("{:016x}", h.finish());
-    dir.join(format!("{}-wasmtime{}-{engine_key}.cwasm", &hash[..32], WASMTIME_VERSION))
+    dir.join(format!(
+        "{}-wasmtime{}-{engine_key}.cwasm",
+        &hash[..32],
+        WASMTIME_VERSION
+    ))
 }
 
 /// Loads a component from the cache in `dir`, or compiles it and stores it there.
 /// A cache that cannot be read or written only costs a compile; it is never an error.
-pub fn load(engine: &Engine, bytes: &[u8], hash: &str, dir: Option<&Path>) -> wasmtime::Result<(Component, CacheOutcome)> {
+pub fn load(
+    engine: &Engine,
+    bytes: &[u8],
+    hash: &str,
+    dir: Option<&Path>,
+) -> wasmtime::Result<(Component, CacheOutcome)> {
     let Some(dir) = dir else {
         return Ok((Component::new(engine, bytes)?, CacheOutcome::Miss));
     };
@@ -54,7 +63,9 @@ pub fn load(engine: &Engine, bytes: &[u8], hash: &str, dir: Option<&Path>) -> wa
     if file.exists() {
         match deserialize(engine, &file) {
             Ok(c) => return Ok((c, CacheOutcome::Hit)),
-            Err(e) => tracing::warn!(file = %file.display(), "compiled cache entry unusable, recompiling: {e}"),
+            Err(e) => {
+                tracing::warn!(file = %file.display(), "compiled cache entry unusable, recompiling: {e}")
+            }
         }
     }
     let component = Component::new(engine, bytes)?;
@@ -76,7 +87,11 @@ fn deserialize(engine: &Engine, file: &Path) -> wasmtime::Result<Component> {
 fn store(component: &Component, dir: &Path, file: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let bytes = component.serialize().map_err(std::io::Error::other)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", file.file_name().unwrap_or_default().to_string_lossy(), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        file.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, file)
 }

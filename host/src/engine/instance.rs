@@ -126,7 +126,11 @@ pub struct StageInstance {
 
 impl StageInstance {
     /// Instantiates `plugin` for `spec` and calls `init`.
-    pub fn new(engine: &WeirEngine, spec: Arc<StageSpec>, plugin: Arc<Plugin>) -> Result<Self, InstanceError> {
+    pub fn new(
+        engine: &WeirEngine,
+        spec: Arc<StageSpec>,
+        plugin: Arc<Plugin>,
+    ) -> Result<Self, InstanceError> {
         if spec.contract == ContractChoice::Batch && plugin.batch_indices.is_none() {
             return Err(InstanceError::NoBatch {
                 stage: spec.name.to_string(),
@@ -162,7 +166,12 @@ impl StageInstance {
     /// Decides every message of `batch`, in order, appending one verdict per message to `out`,
     /// and stopping after the first `Fail`. An `Err` means the instance could not be rebuilt
     /// after a trap, which stops the pipeline.
-    pub fn process(&mut self, lane: &Lane, batch: &[Envelope], out: &mut Vec<Verdict>) -> Result<(), InstanceError> {
+    pub fn process(
+        &mut self,
+        lane: &Lane,
+        batch: &[Envelope],
+        out: &mut Vec<Verdict>,
+    ) -> Result<(), InstanceError> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -173,8 +182,12 @@ impl StageInstance {
                     return Ok(());
                 }
                 Err(reason) => {
-                    tracing::warn!(stage = &*self.spec.name, plugin = self.plugin.short_hash(), messages = batch.len(),
-                        "batch call failed ({reason}); retrying its messages one by one");
+                    tracing::warn!(
+                        stage = &*self.spec.name,
+                        plugin = self.plugin.short_hash(),
+                        messages = batch.len(),
+                        "batch call failed ({reason}); retrying its messages one by one"
+                    );
                     self.restart()?;
                 }
             }
@@ -235,7 +248,13 @@ impl StageInstance {
         let mut w = weir_abi::BatchWriter::new(&mut self.buf, &lane.topic, lane.partition);
         for e in batch {
             let m = &e.msg;
-            w.push(e.offset, m.timestamp, m.key.as_deref(), m.value.as_deref(), m.header_pairs());
+            w.push(
+                e.offset,
+                m.timestamp,
+                m.key.as_deref(),
+                m.value.as_deref(),
+                m.header_pairs(),
+            );
         }
         w.finish();
         self.arm_deadline();
@@ -269,7 +288,10 @@ impl StageInstance {
                             headers: o
                                 .headers
                                 .iter()
-                                .map(|(k, v)| Header { key: k.to_owned(), value: v.map(<[u8]>::to_vec) })
+                                .map(|(k, v)| Header {
+                                    key: k.to_owned(),
+                                    value: v.map(<[u8]>::to_vec),
+                                })
                                 .collect(),
                             timestamp: o.timestamp,
                             topic: o.topic.map(str::to_owned),
@@ -289,7 +311,14 @@ impl StageInstance {
         let msg = WitMessage {
             key: m.key.clone(),
             value: m.value.clone(),
-            headers: m.headers.iter().map(|h| WitHeader { key: h.key.clone(), value: h.value.clone() }).collect(),
+            headers: m
+                .headers
+                .iter()
+                .map(|h| WitHeader {
+                    key: h.key.clone(),
+                    value: h.value.clone(),
+                })
+                .collect(),
             timestamp: m.timestamp,
             topic: None,
         };
@@ -299,7 +328,11 @@ impl StageInstance {
             offset: env.offset,
         };
         self.arm_deadline();
-        let outcome = match self.live.stage.call_process(&mut self.live.store, &msg, &meta) {
+        let outcome = match self
+            .live
+            .stage
+            .call_process(&mut self.live.store, &msg, &meta)
+        {
             Ok(o) => o,
             Err(e) => return Err(self.describe(&e)),
         };
@@ -311,7 +344,14 @@ impl StageInstance {
                     .map(|w| Message {
                         key: w.key,
                         value: w.value,
-                        headers: w.headers.into_iter().map(|h| Header { key: h.key, value: h.value }).collect(),
+                        headers: w
+                            .headers
+                            .into_iter()
+                            .map(|h| Header {
+                                key: h.key,
+                                value: h.value,
+                            })
+                            .collect(),
                         timestamp: w.timestamp,
                         topic: w.topic,
                     })
@@ -335,10 +375,16 @@ impl StageInstance {
         let text = format!("{err:#}");
         let what = if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             self.stats.timeouts += 1;
-            format!("deadline of {} exceeded", humantime::format_duration(self.spec.timeout))
+            format!(
+                "deadline of {} exceeded",
+                humantime::format_duration(self.spec.timeout)
+            )
         } else if text.contains("growing memory") || text.contains("memory allocation failed") {
             self.stats.memory_exceeded += 1;
-            format!("memory limit of {} exceeded", crate::config::ByteSize(self.spec.memory as u64))
+            format!(
+                "memory limit of {} exceeded",
+                crate::config::ByteSize(self.spec.memory as u64)
+            )
         } else {
             let trap = err.downcast_ref::<Trap>().map(|t| t.to_string());
             trap.unwrap_or_else(|| err.root_cause().to_string())
@@ -365,10 +411,17 @@ fn ticks(d: Duration) -> u64 {
     (d.as_nanos() / EPOCH_TICK.as_nanos()) as u64 + 1
 }
 
-fn instantiate(engine: &WeirEngine, spec: &StageSpec, plugin: &Plugin) -> Result<Live, InstanceError> {
+fn instantiate(
+    engine: &WeirEngine,
+    spec: &StageSpec,
+    plugin: &Plugin,
+) -> Result<Live, InstanceError> {
     let stage = spec.name.to_string();
     let hash = plugin.short_hash().to_owned();
-    let mut store = Store::new(engine.engine(), StageState::new(spec.name.clone(), spec.memory));
+    let mut store = Store::new(
+        engine.engine(),
+        StageState::new(spec.name.clone(), spec.memory),
+    );
     store.limiter(|s| &mut s.limits);
     // `init` may build tables or load data: give it ten call deadlines, at least five seconds.
     store.set_epoch_deadline(ticks((spec.timeout * 10).max(Duration::from_secs(5))));
@@ -377,21 +430,44 @@ fn instantiate(engine: &WeirEngine, spec: &StageSpec, plugin: &Plugin) -> Result
         hash: hash.clone(),
         reason,
     };
-    let instance = plugin.pre.instantiate(&mut store).map_err(|e| fail(format!("{e:#}")))?;
-    let guest = plugin.stage_indices.load(&mut store, &instance).map_err(|e| fail(format!("{e:#}")))?;
+    let instance = plugin
+        .pre
+        .instantiate(&mut store)
+        .map_err(|e| fail(format!("{e:#}")))?;
+    let guest = plugin
+        .stage_indices
+        .load(&mut store, &instance)
+        .map_err(|e| fail(format!("{e:#}")))?;
     let batch = match (&plugin.batch_indices, spec.contract) {
-        (Some(idx), ContractChoice::Auto | ContractChoice::Batch) => {
-            Some(idx.load(&mut store, &instance).map_err(|e| fail(format!("{e:#}")))?)
-        }
+        (Some(idx), ContractChoice::Auto | ContractChoice::Batch) => Some(
+            idx.load(&mut store, &instance)
+                .map_err(|e| fail(format!("{e:#}")))?,
+        ),
         _ => None,
     };
     match guest.call_init(&mut store, &spec.config) {
-        Ok(Ok(())) => Ok(Live { store, stage: guest, batch }),
-        Ok(Err(reason)) => Err(InstanceError::Init { stage, hash, reason }),
+        Ok(Ok(())) => Ok(Live {
+            store,
+            stage: guest,
+            batch,
+        }),
+        Ok(Err(reason)) => Err(InstanceError::Init {
+            stage,
+            hash,
+            reason,
+        }),
         Err(e) => {
             let stderr = store.data().stderr_tail();
-            let reason = if stderr.is_empty() { format!("trap: {e:#}") } else { format!("trap: {e:#}; stderr: {stderr}") };
-            Err(InstanceError::Init { stage, hash, reason })
+            let reason = if stderr.is_empty() {
+                format!("trap: {e:#}")
+            } else {
+                format!("trap: {e:#}; stderr: {stderr}")
+            };
+            Err(InstanceError::Init {
+                stage,
+                hash,
+                reason,
+            })
         }
     }
 }

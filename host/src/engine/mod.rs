@@ -62,11 +62,18 @@ impl WeirEngine {
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&cfg).map_err(|e| EngineError(e.to_string()))?;
         let mut linker = Linker::<StageState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| EngineError(e.to_string()))?;
-        bindings::weir::stage::log::add_to_linker::<StageState, HasSelf<StageState>>(&mut linker, |s| s)
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| EngineError(e.to_string()))?;
-        bindings::weir::stage::types::add_to_linker::<StageState, HasSelf<StageState>>(&mut linker, |s| s)
-            .map_err(|e| EngineError(e.to_string()))?;
+        bindings::weir::stage::log::add_to_linker::<StageState, HasSelf<StageState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| EngineError(e.to_string()))?;
+        bindings::weir::stage::types::add_to_linker::<StageState, HasSelf<StageState>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| EngineError(e.to_string()))?;
         start_ticker(&engine);
         Ok(WeirEngine {
             engine,

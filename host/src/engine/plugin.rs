@@ -78,7 +78,9 @@ impl std::fmt::Debug for Plugin {
 /// What kind of wasm binary the bytes are.
 fn binary_kind(bytes: &[u8]) -> Result<(), String> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err("is not a WebAssembly binary (expected a component built for `wasm32-wasip2`)".into());
+        return Err(
+            "is not a WebAssembly binary (expected a component built for `wasm32-wasip2`)".into(),
+        );
     }
     // Core modules have version 1 layer 0; components have layer 1.
     if bytes[6..8] == [0, 0] {
@@ -91,7 +93,11 @@ fn binary_kind(bytes: &[u8]) -> Result<(), String> {
 }
 
 impl Plugin {
-    pub(crate) fn load(engine: &WeirEngine, stage: &str, path: &Path) -> Result<Plugin, PluginError> {
+    pub(crate) fn load(
+        engine: &WeirEngine,
+        stage: &str,
+        path: &Path,
+    ) -> Result<Plugin, PluginError> {
         let invalid = |problem: String| PluginError::Invalid {
             stage: stage.to_owned(),
             path: path.to_owned(),
@@ -110,7 +116,11 @@ impl Plugin {
         let load_time = started.elapsed();
         let (imports, exports) = interface_names(engine, &component);
         if !exports.iter().any(|e| e == STAGE_EXPORT) {
-            let found = if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") };
+            let found = if exports.is_empty() {
+                "nothing".to_owned()
+            } else {
+                exports.join(", ")
+            };
             return Err(invalid(format!(
                 "is not a Weir stage: it exports {found}, but a stage must export `{STAGE_EXPORT}` \
                  (see wit/weir.wit)"
@@ -121,13 +131,21 @@ impl Plugin {
                 "needs imports Weir does not provide ({e:#}); a stage may import `weir:stage/log` and WASI 0.2 only"
             ))
         })?;
-        let stage_indices = StageIndices::new(&pre).map_err(|e| invalid(format!("has a malformed `{STAGE_EXPORT}` export: {e:#}")))?;
-        let batch_indices = if exports.iter().any(|e| e == BATCH_EXPORT) {
-            Some(BatchIndices::new(&pre).map_err(|e| invalid(format!("has a malformed `{BATCH_EXPORT}` export: {e:#}")))?)
+        let stage_indices = StageIndices::new(&pre)
+            .map_err(|e| invalid(format!("has a malformed `{STAGE_EXPORT}` export: {e:#}")))?;
+        let batch_indices =
+            if exports.iter().any(|e| e == BATCH_EXPORT) {
+                Some(BatchIndices::new(&pre).map_err(|e| {
+                    invalid(format!("has a malformed `{BATCH_EXPORT}` export: {e:#}"))
+                })?)
+            } else {
+                None
+            };
+        let contract = if batch_indices.is_some() {
+            Contract::Batch
         } else {
-            None
+            Contract::Typed
         };
-        let contract = if batch_indices.is_some() { Contract::Batch } else { Contract::Typed };
         Ok(Plugin {
             path: path.to_owned(),
             hash,
@@ -150,7 +168,13 @@ impl Plugin {
 
 fn interface_names(engine: &WeirEngine, component: &Component) -> (Vec<String>, Vec<String>) {
     let ty = component.component_type();
-    let imports = ty.imports(engine.engine()).map(|(n, _)| n.to_owned()).collect();
-    let exports = ty.exports(engine.engine()).map(|(n, _)| n.to_owned()).collect();
+    let imports = ty
+        .imports(engine.engine())
+        .map(|(n, _)| n.to_owned())
+        .collect();
+    let exports = ty
+        .exports(engine.engine())
+        .map(|(n, _)| n.to_owned())
+        .collect();
     (imports, exports)
 }

@@ -56,7 +56,9 @@ impl StageState {
         let text = String::from_utf8_lossy(&bytes);
         let text = text.trim();
         let start = text.len().saturating_sub(2048);
-        let start = (start..=text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        let start = (start..=text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
         text[start..].to_owned()
     }
 }

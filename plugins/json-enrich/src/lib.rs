@@ -12,7 +12,10 @@ pub struct Enrich {
 pub fn setup(config: &Config) -> Result<Enrich, String> {
     let set: Vec<_> = config
         .iter()
-        .filter_map(|(k, v)| k.strip_prefix("set.").map(|name| (name.to_owned(), v.to_owned())))
+        .filter_map(|(k, v)| {
+            k.strip_prefix("set.")
+                .map(|name| (name.to_owned(), v.to_owned()))
+        })
         .collect();
     let upper = config.get("upper").map(str::to_owned);
     if set.is_empty() && upper.is_none() {
@@ -53,10 +56,22 @@ mod tests {
 
     #[test]
     fn adds_and_uppercases() {
-        let e = setup(&Config::from_pairs([("set.source", "weir"), ("upper", "name")])).unwrap();
-        let out = json_enrich(&TestMessage::value(r#"{"name":"ada"}"#).key("k").borrow(), &e);
-        let Outcome::Next(msgs) = out else { panic!("{out:?}") };
-        assert_eq!(msgs[0].value.as_deref(), Some(&br#"{"name":"ADA","source":"weir"}"#[..]));
+        let e = setup(&Config::from_pairs([
+            ("set.source", "weir"),
+            ("upper", "name"),
+        ]))
+        .unwrap();
+        let out = json_enrich(
+            &TestMessage::value(r#"{"name":"ada"}"#).key("k").borrow(),
+            &e,
+        );
+        let Outcome::Next(msgs) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            msgs[0].value.as_deref(),
+            Some(&br#"{"name":"ADA","source":"weir"}"#[..])
+        );
         assert_eq!(msgs[0].key.as_deref(), Some(&b"k"[..]));
     }
 }

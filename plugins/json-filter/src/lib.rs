@@ -6,6 +6,7 @@
 use weir_sdk::{Config, Message, Outcome};
 
 /// The parsed config.
+#[derive(Debug)]
 pub struct Filter {
     pointer: String,
     equals: Option<String>,
@@ -14,7 +15,11 @@ pub struct Filter {
 /// Reads the config.
 pub fn setup(config: &Config) -> Result<Filter, String> {
     let field = config.require("field")?;
-    let pointer = if field.starts_with('/') { field.to_owned() } else { format!("/{field}") };
+    let pointer = if field.starts_with('/') {
+        field.to_owned()
+    } else {
+        format!("/{field}")
+    };
     Ok(Filter {
         pointer,
         equals: config.get("equals").map(str::to_owned),
@@ -36,7 +41,7 @@ pub fn json_filter(msg: &Message<'_>, f: &Filter) -> Outcome {
         (None, _) => false,
         (Some(_), None) => true,
         (Some(serde_json::Value::String(s)), Some(want)) => s == want,
-        (Some(other), Some(want)) => other.to_string() == *want,
+        (Some(other), Some(want)) => serde_json::to_string(other).is_ok_and(|text| text == *want),
     };
     Outcome::from(keep)
 }
@@ -47,7 +52,11 @@ mod tests {
     use weir_sdk::testing::TestMessage;
 
     fn filter() -> Filter {
-        setup(&Config::from_pairs([("field", "country"), ("equals", "NL")])).unwrap()
+        setup(&Config::from_pairs([
+            ("field", "country"),
+            ("equals", "NL"),
+        ]))
+        .unwrap()
     }
 
     #[test]

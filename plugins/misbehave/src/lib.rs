@@ -39,7 +39,10 @@ pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
             Ok(_) => "probe: file read allowed".to_owned(),
             Err(e) => format!("probe: file read denied: {e}"),
         }),
-        "env" => Outcome::reject(format!("probe: {} environment variables", std::env::vars().count())),
+        "env" => Outcome::reject(format!(
+            "probe: {} environment variables",
+            std::env::vars().count()
+        )),
         "net" => Outcome::reject(match std::net::TcpStream::connect("127.0.0.1:1") {
             Ok(_) => "probe: network allowed".to_owned(),
             Err(e) => format!("probe: network denied: {e}"),

@@ -1,1 +1,3 @@
-fn main() { println!("I am a command, not a stage"); }
+fn main() {
+    println!("I am a command, not a stage");
+}

@@ -1,6 +1,8 @@
 use super::*;
 
-fn batch(msgs: &[(Option<&[u8]>, Option<&[u8]>)]) -> Vec<u8> {
+type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+fn batch(msgs: &[KeyValue<'_>]) -> Vec<u8> {
     let mut buf = Vec::new();
     let mut w = BatchWriter::new(&mut buf, "orders", 3);
     for (i, (k, v)) in msgs.iter().enumerate() {
@@ -13,7 +15,11 @@ fn batch(msgs: &[(Option<&[u8]>, Option<&[u8]>)]) -> Vec<u8> {
 
 #[test]
 fn batch_round_trips() {
-    let buf = batch(&[(Some(b"k"), Some(b"v")), (None, None), (Some(b""), Some(&[0xff, 0]))]);
+    let buf = batch(&[
+        (Some(b"k"), Some(b"v")),
+        (None, None),
+        (Some(b""), Some(&[0xff, 0])),
+    ]);
     let r = BatchReader::new(&buf).unwrap();
     assert_eq!((r.topic, r.partition, r.count), ("orders", 3, 3));
     let msgs: Vec<_> = r.map(Result::unwrap).collect();
@@ -33,7 +39,7 @@ fn truncated_batch_is_an_error() {
     let buf = batch(&[(Some(b"key"), Some(b"value"))]);
     for cut in 0..buf.len() {
         let r = BatchReader::new(&buf[..cut]);
-        let ok = r.map(|r| r.map(|m| m.is_ok()).all(|ok| ok)).unwrap_or(false);
+        let ok = r.map(|mut r| r.all(|m| m.is_ok())).unwrap_or(false);
         assert!(!ok, "cut at {cut} read as valid");
     }
 }
@@ -42,7 +48,13 @@ fn result() -> Vec<u8> {
     let mut w = ResultWriter::new(4);
     w.keep();
     w.next(2);
-    w.message(Some(1), Some("out"), Some(b"a"), Some(b"b"), [("h", None)].into_iter());
+    w.message(
+        Some(1),
+        Some("out"),
+        Some(b"a"),
+        Some(b"b"),
+        [("h", None)].into_iter(),
+    );
     w.message(None, None, None, None, std::iter::empty());
     w.reject("bad");
     w.next(0);
@@ -84,8 +96,14 @@ fn hostile_results_are_refused() {
     for cut in 0..good.len() {
         assert!(ResultReader::new(&good[..cut], 4).is_err(), "cut at {cut}");
     }
-    assert!(ResultReader::new(&good, 3).is_err(), "more answers than sent");
-    assert!(ResultReader::new(&good, 5).is_err(), "fewer answers, no fail");
+    assert!(
+        ResultReader::new(&good, 3).is_err(),
+        "more answers than sent"
+    );
+    assert!(
+        ResultReader::new(&good, 5).is_err(),
+        "fewer answers, no fail"
+    );
     let mut bad = good.clone();
     bad[4] = 9;
     assert!(ResultReader::new(&bad, 4).is_err(), "unknown verdict");

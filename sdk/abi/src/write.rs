@@ -174,7 +174,10 @@ impl ResultWriter {
 
     /// The finished answer.
     pub fn finish(self) -> Vec<u8> {
-        assert_eq!(self.answered, self.expected, "every message needs an answer");
+        assert_eq!(
+            self.answered, self.expected,
+            "every message needs an answer"
+        );
         self.buf
     }
 }

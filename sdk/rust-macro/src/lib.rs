@@ -68,10 +68,16 @@ fn parse_init(attr: TokenStream2) -> syn::Result<Option<Path>> {
 
 fn reference_type(arg: &FnArg, what: &str) -> syn::Result<Type> {
     match arg {
-        FnArg::Receiver(r) => Err(syn::Error::new(r.span(), "a stage function cannot take `self`")),
+        FnArg::Receiver(r) => Err(syn::Error::new(
+            r.span(),
+            "a stage function cannot take `self`",
+        )),
         FnArg::Typed(t) => match &*t.ty {
             Type::Reference(r) if r.mutability.is_none() => Ok((*r.elem).clone()),
-            other => Err(syn::Error::new(other.span(), format!("expected a shared reference: `&{what}`"))),
+            other => Err(syn::Error::new(
+                other.span(),
+                format!("expected a shared reference: `&{what}`"),
+            )),
         },
     }
 }
@@ -79,17 +85,26 @@ fn reference_type(arg: &FnArg, what: &str) -> syn::Result<Type> {
 fn generate(func: &ItemFn, init: Option<&Path>, kind: Kind) -> syn::Result<TokenStream2> {
     let sig = &func.sig;
     if let Some(a) = &sig.asyncness {
-        return Err(syn::Error::new(a.span(), "a stage function cannot be `async`"));
+        return Err(syn::Error::new(
+            a.span(),
+            "a stage function cannot be `async`",
+        ));
     }
     if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new(sig.generics.span(), "a stage function cannot be generic"));
+        return Err(syn::Error::new(
+            sig.generics.span(),
+            "a stage function cannot be generic",
+        ));
     }
     if let ReturnType::Default = sig.output {
         let want = match kind {
             Kind::Stage => "`-> weir_sdk::Outcome`",
             Kind::Filter => "`-> bool`",
         };
-        return Err(syn::Error::new(sig.paren_token.span.close(), format!("missing return type: expected {want}")));
+        return Err(syn::Error::new(
+            sig.paren_token.span.close(),
+            format!("missing return type: expected {want}"),
+        ));
     }
     let args: Vec<&FnArg> = sig.inputs.iter().collect();
     let name = &sig.ident;
@@ -124,7 +139,9 @@ fn generate(func: &ItemFn, init: Option<&Path>, kind: Kind) -> syn::Result<Token
                 Some(path) => quote_spanned!(path.span()=> #path(config)),
                 None => {
                     // Without `init`, the second argument is the raw config.
-                    quote!(::core::result::Result::<_, ::std::string::String>::Ok(config.clone()))
+                    quote!(::core::result::Result::<_, ::std::string::String>::Ok(
+                        config.clone()
+                    ))
                 }
             };
             quote! {
@@ -149,7 +166,11 @@ fn generate(func: &ItemFn, init: Option<&Path>, kind: Kind) -> syn::Result<Token
             ))
         }
         _ => {
-            let span = if args.is_empty() { sig.paren_token.span.join() } else { sig.inputs.span() };
+            let span = if args.is_empty() {
+                sig.paren_token.span.join()
+            } else {
+                sig.inputs.span()
+            };
             return Err(syn::Error::new(
                 span,
                 "expected `fn(msg: &weir_sdk::Message<'_>) -> ...` or `fn(msg: &Message<'_>, state: &State) -> ...`",

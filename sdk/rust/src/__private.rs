@@ -21,8 +21,10 @@ pub use bindings::__export_stage;
 pub use bindings::exports::weir::stage::batch::Guest as BatchGuest;
 pub use bindings::exports::weir::stage::stage::Guest as StageGuest;
 use bindings::weir::stage::log as host_log;
-pub use bindings::weir::stage::types::{Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome};
 use bindings::weir::stage::types::Header as WitHeader;
+pub use bindings::weir::stage::types::{
+    Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome,
+};
 
 /// The per-instance state cell the export macro declares.
 pub type State<T> = LocalKey<RefCell<Option<T>>>;
@@ -38,7 +40,10 @@ pub fn log(level: Level, message: &str) {
     host_log::log(level, message);
 }
 
-pub fn init<T: Stage>(state: &'static State<T>, config: Vec<(String, String)>) -> Result<(), String> {
+pub fn init<T: Stage>(
+    state: &'static State<T>,
+    config: Vec<(String, String)>,
+) -> Result<(), String> {
     let stage = T::init(&Config::from_pairs(config))?;
     state.with(|s| *s.borrow_mut() = Some(stage));
     Ok(())
@@ -52,8 +57,13 @@ fn with_stage<T: Stage, R>(state: &'static State<T>, f: impl FnOnce(&T) -> R) ->
     })
 }
 
-pub fn process_typed<T: Stage>(state: &'static State<T>, msg: WitMessage, meta: WitMetadata) -> WitOutcome {
-    let headers: Vec<(String, Option<Vec<u8>>)> = msg.headers.into_iter().map(|h| (h.key, h.value)).collect();
+pub fn process_typed<T: Stage>(
+    state: &'static State<T>,
+    msg: WitMessage,
+    meta: WitMetadata,
+) -> WitOutcome {
+    let headers: Vec<(String, Option<Vec<u8>>)> =
+        msg.headers.into_iter().map(|h| (h.key, h.value)).collect();
     let view = Message {
         key: msg.key.as_deref(),
         value: msg.value.as_deref(),
@@ -70,7 +80,11 @@ pub fn process_typed<T: Stage>(state: &'static State<T>, msg: WitMessage, meta: 
                 .map(|m| WitMessage {
                     key: m.key,
                     value: m.value,
-                    headers: m.headers.into_iter().map(|(key, value)| WitHeader { key, value }).collect(),
+                    headers: m
+                        .headers
+                        .into_iter()
+                        .map(|(key, value)| WitHeader { key, value })
+                        .collect(),
                     timestamp: m.timestamp,
                     topic: m.topic,
                 })

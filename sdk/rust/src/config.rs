@@ -11,9 +11,14 @@ pub struct Config {
 
 impl Config {
     /// A config from key/value pairs.
-    pub fn from_pairs<K: Into<String>, V: Into<String>>(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
         Config {
-            values: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            values: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
         }
     }
 
@@ -24,7 +29,8 @@ impl Config {
 
     /// The value of `key`, or an error naming the missing key.
     pub fn require(&self, key: &str) -> Result<&str, String> {
-        self.get(key).ok_or_else(|| format!("missing config key `{key}`"))
+        self.get(key)
+            .ok_or_else(|| format!("missing config key `{key}`"))
     }
 
     /// `key` parsed as `T`, or `default` when unset; an error names the key and the bad value.

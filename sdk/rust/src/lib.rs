@@ -123,7 +123,7 @@ macro_rules! export_stage {
                     $crate::__private::process_batch::<$t>(&STATE, &input)
                 }
             }
-            $crate::__private::__export_stage!(Exports with_types_in $crate::__private::bindings);
+    $crate::__private::__export_stage!(Exports with_types_in $crate::__private::bindings);
         };
     };
 }

@@ -3,6 +3,8 @@
 /// Where a message's headers live: in the packed batch or in owned storage.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum HeaderView<'a> {
+    /// Only the wasm32 glue reads packed batches.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     Packed(weir_abi::Headers<'a>),
     Owned(&'a [(String, Option<Vec<u8>>)]),
 }
@@ -44,9 +46,15 @@ impl<'a> Message<'a> {
     pub fn headers(&self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> + 'a {
         let (packed, owned) = match self.headers {
             HeaderView::Packed(h) => (Some(h.iter()), None),
-            HeaderView::Owned(h) => (None, Some(h.iter().map(|(k, v)| (k.as_str(), v.as_deref())))),
+            HeaderView::Owned(h) => (
+                None,
+                Some(h.iter().map(|(k, v)| (k.as_str(), v.as_deref()))),
+            ),
         };
-        packed.into_iter().flatten().chain(owned.into_iter().flatten())
+        packed
+            .into_iter()
+            .flatten()
+            .chain(owned.into_iter().flatten())
     }
 
     /// The value of the first header named `name` (`Some(None)` for a null header value).
@@ -74,7 +82,10 @@ impl<'a> Message<'a> {
         OutMessage {
             key: self.key.map(<[u8]>::to_vec),
             value: self.value.map(<[u8]>::to_vec),
-            headers: self.headers().map(|(k, v)| (k.to_owned(), v.map(<[u8]>::to_vec))).collect(),
+            headers: self
+                .headers()
+                .map(|(k, v)| (k.to_owned(), v.map(<[u8]>::to_vec)))
+                .collect(),
             timestamp: self.timestamp,
             topic: None,
         }
