@@ -5,9 +5,9 @@ wasmtime::component::bindgen!({
     path: "../wit",
 });
 
-pub use exports::weir::stage::batch::{Guest as BatchGuest, GuestIndices as BatchIndices};
-pub use exports::weir::stage::stage::{Guest as StageGuest, GuestIndices as StageIndices};
-pub use weir::stage::types::{
+pub use self::exports::weir::stage::batch::{Guest as BatchGuest, GuestIndices as BatchIndices};
+pub use self::exports::weir::stage::stage::{Guest as StageGuest, GuestIndices as StageIndices};
+pub use self::weir::stage::types::{
     Header as WitHeader, Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome,
 };
 

@@ -1,0 +1,202 @@
+//! Per-message cost of a stage, measured through the same `StageInstance::process` the
+//! pipeline's drivers call, next to a native-Rust baseline in the same run.
+//!
+//! * `boundary/*`: the passthrough stage on the packed batch path and on the typed path, at
+//!   batch 1/64/256/1024 (host encode + call + decode: the "boundary + host cost").
+//! * `json_filter/*`: the JSON filter compiled natively (same Rust function, called directly)
+//!   vs as a wasm stage on the batch path, batch 256.
+//! * `swap/*`: what a driver pauses for at a hot swap with a warm cache: a new instance + init.
+//!
+//! Run: `cargo bench -p weir-benches` (results and commands: docs/BENCHMARKS.md).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use weir::config::{ContractChoice, TrapPolicy};
+use weir::engine::{StageInstance, StageSpec, Verdict, WeirEngine};
+use weir::message::{Envelope, Header, Lane, Message};
+use weir_sdk::testing::TestMessage;
+use weir_tests::plugins;
+
+const BATCHES: [usize; 4] = [1, 64, 256, 1024];
+
+/// ~100-byte JSON values, a 9-byte key, one header; every other message matches the filter.
+fn value(i: usize) -> String {
+    let status = if i % 2 == 0 { "paid" } else { "open" };
+    let v =
+        format!(r#"{{"id":{i:08},"status":"{status}","region":"eu","customer":"c-{i:06}","pad":""#);
+    format!(
+        "{v}{}\"}}",
+        "x".repeat(100usize.saturating_sub(v.len() + 2))
+    )
+}
+
+fn messages(n: usize) -> Vec<Envelope> {
+    (0..n)
+        .map(|i| Envelope {
+            offset: i as i64,
+            msg: Message {
+                key: Some(format!("key-{i:05}").into_bytes()),
+                value: Some(value(i).into_bytes()),
+                headers: vec![Header {
+                    key: "trace".into(),
+                    value: Some(b"abc".to_vec()),
+                }],
+                timestamp: Some(1_700_000_000_000),
+                topic: None,
+            },
+        })
+        .collect()
+}
+
+fn spec(contract: ContractChoice, config: &[(&str, &str)]) -> Arc<StageSpec> {
+    Arc::new(StageSpec {
+        name: "bench".into(),
+        config: config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        memory: 64 << 20,
+        timeout: Duration::from_secs(5),
+        max_output: 4 << 20,
+        on_trap: TrapPolicy::Reject,
+        contract,
+    })
+}
+
+fn instance(
+    engine: &WeirEngine,
+    plugin: &str,
+    contract: ContractChoice,
+    config: &[(&str, &str)],
+) -> StageInstance {
+    let p = Arc::new(
+        engine
+            .load_plugin("bench", std::path::Path::new(plugin))
+            .expect("plugin loads"),
+    );
+    StageInstance::new(engine, spec(contract, config), p).expect("instantiates")
+}
+
+fn engine() -> WeirEngine {
+    WeirEngine::new(64 << 20, None).expect("engine")
+}
+
+fn lane() -> Lane {
+    Lane {
+        topic: "bench".into(),
+        partition: 0,
+    }
+}
+
+fn boundary(c: &mut Criterion) {
+    let engine = engine();
+    let lane = lane();
+    let mut g = c.benchmark_group("boundary");
+    for n in BATCHES {
+        let batch = messages(n);
+        g.throughput(Throughput::Elements(n as u64));
+        // Native baseline: the same decision in plain Rust (look at the message, keep it).
+        let natives: Vec<TestMessage> = batch
+            .iter()
+            .map(|e| TestMessage::value(e.msg.value.clone().unwrap()))
+            .collect();
+        g.bench_with_input(BenchmarkId::new("native", n), &natives, |b, msgs| {
+            let mut out = Vec::with_capacity(n);
+            b.iter(|| {
+                out.clear();
+                for m in msgs {
+                    out.push(passthrough_native(&m.borrow()));
+                }
+                std::hint::black_box(&out);
+            })
+        });
+        for (name, contract) in [
+            ("wasm_batch", ContractChoice::Batch),
+            ("wasm_typed", ContractChoice::Typed),
+        ] {
+            let mut inst = instance(&engine, plugins::PASSTHROUGH, contract, &[]);
+            let mut out = Vec::with_capacity(n);
+            g.bench_with_input(BenchmarkId::new(name, n), &batch, |b, batch| {
+                b.iter(|| {
+                    out.clear();
+                    inst.process(&lane, batch, &mut out).unwrap();
+                    assert!(matches!(out.last(), Some(Verdict::Keep)));
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+fn passthrough_native(_m: &weir_sdk::Message<'_>) -> weir_sdk::Outcome {
+    weir_sdk::Outcome::Keep
+}
+
+fn json_filter(c: &mut Criterion) {
+    let engine = engine();
+    let lane = lane();
+    let cfg = [("field", "status"), ("equals", "paid")];
+    let mut g = c.benchmark_group("json_filter");
+    for n in [64, 256] {
+        let batch = messages(n);
+        g.throughput(Throughput::Elements(n as u64));
+        let natives: Vec<TestMessage> = batch
+            .iter()
+            .map(|e| TestMessage::value(e.msg.value.clone().unwrap()).key("k"))
+            .collect();
+        let state = json_filter::setup(&weir_sdk::Config::from_pairs(cfg)).unwrap();
+        g.bench_with_input(BenchmarkId::new("native", n), &natives, |b, msgs| {
+            let mut out = Vec::with_capacity(n);
+            b.iter(|| {
+                out.clear();
+                for m in msgs {
+                    out.push(json_filter::json_filter(&m.borrow(), &state));
+                }
+                std::hint::black_box(&out);
+            })
+        });
+        let mut inst = instance(&engine, plugins::JSON_FILTER, ContractChoice::Batch, &cfg);
+        let mut out = Vec::with_capacity(n);
+        g.bench_with_input(BenchmarkId::new("wasm_batch", n), &batch, |b, batch| {
+            b.iter(|| {
+                out.clear();
+                inst.process(&lane, batch, &mut out).unwrap();
+                assert_eq!(out.len(), n);
+            })
+        });
+    }
+    g.finish();
+}
+
+fn swap(c: &mut Criterion) {
+    let engine = engine();
+    let mut g = c.benchmark_group("swap");
+    for (name, path, cfg) in [
+        ("passthrough", plugins::PASSTHROUGH, &[][..]),
+        (
+            "json_filter",
+            plugins::JSON_FILTER,
+            &[("field", "status")][..],
+        ),
+    ] {
+        let p = Arc::new(
+            engine
+                .load_plugin("bench", std::path::Path::new(path))
+                .unwrap(),
+        );
+        let spec = spec(ContractChoice::Auto, cfg);
+        g.bench_function(BenchmarkId::new("instantiate_init", name), |b| {
+            b.iter(|| StageInstance::new(&engine, spec.clone(), p.clone()).unwrap())
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
+    targets = boundary, json_filter, swap
+}
+criterion_main!(benches);

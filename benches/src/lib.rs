@@ -1,0 +1,1 @@
+//! Benchmarks only: see `benches/stage.rs` and docs/BENCHMARKS.md.
