@@ -176,12 +176,11 @@ impl StageInstance {
             return Ok(());
         }
         if self.live.batch.is_some() {
-            match self.call_batch(lane, batch) {
-                Ok(verdicts) => {
-                    out.extend(verdicts);
-                    return Ok(());
-                }
+            let start = out.len();
+            match self.call_batch(lane, batch, out) {
+                Ok(()) => return Ok(()),
                 Err(reason) => {
+                    out.truncate(start);
                     tracing::warn!(
                         stage = &*self.spec.name,
                         plugin = self.plugin.short_hash(),
@@ -193,16 +192,13 @@ impl StageInstance {
             }
             // Isolate the culprit: each message alone, rebuilding after each trap.
             for env in batch {
-                let v = match self.call_batch(lane, std::slice::from_ref(env)) {
-                    Ok(mut v) => v.pop().unwrap_or(Verdict::Keep),
-                    Err(reason) => {
-                        self.restart()?;
-                        self.trapped(reason)
-                    }
-                };
-                let stop = matches!(v, Verdict::Fail(_));
-                out.push(v);
-                if stop {
+                let start = out.len();
+                if let Err(reason) = self.call_batch(lane, std::slice::from_ref(env), out) {
+                    out.truncate(start);
+                    self.restart()?;
+                    out.push(self.trapped(reason));
+                }
+                if matches!(out.last(), Some(Verdict::Fail(_))) {
                     break;
                 }
             }
@@ -243,8 +239,9 @@ impl StageInstance {
         self.live.store.set_epoch_deadline(ticks(self.spec.timeout));
     }
 
-    /// One packed call. `Err` carries the reason when the store must be rebuilt.
-    fn call_batch(&mut self, lane: &Lane, batch: &[Envelope]) -> Result<Vec<Verdict>, String> {
+    /// One packed call, appending its verdicts to `out`. `Err` carries the reason when the
+    /// store must be rebuilt (the caller drops whatever was appended).
+    fn call_batch(&mut self, lane: &Lane, batch: &[Envelope], out: &mut Vec<Verdict>) -> Result<(), String> {
         let mut w = weir_abi::BatchWriter::new(&mut self.buf, &lane.topic, lane.partition);
         for e in batch {
             let m = &e.msg;
@@ -272,13 +269,13 @@ impl StageInstance {
             }
         };
         let max = self.spec.max_output;
-        let mut out = Vec::with_capacity(batch.len());
+        out.reserve(batch.len());
         for v in reader {
             out.push(match v {
                 weir_abi::Verdict::Keep => Verdict::Keep,
-                weir_abi::Verdict::Next(msgs) if msgs.byte_len() > max + 24 * msgs.len() => {
+                weir_abi::Verdict::Next(msgs) if msgs.byte_len() > max && payload_len(&msgs) > max => {
                     self.stats.oversized += 1;
-                    self.trapped(oversize(msgs.byte_len(), max))
+                    self.trapped(oversize(payload_len(&msgs), max))
                 }
                 weir_abi::Verdict::Next(msgs) => Verdict::Next(
                     msgs.iter()
@@ -302,7 +299,7 @@ impl StageInstance {
                 weir_abi::Verdict::Fail(r) => Verdict::Fail(r.to_owned()),
             });
         }
-        Ok(out)
+        Ok(())
     }
 
     /// One typed call. `Err` carries the reason when the store must be rebuilt.
@@ -396,6 +393,19 @@ impl StageInstance {
             format!("trap: {what}; stderr: {stderr}")
         }
     }
+}
+
+/// Payload bytes (keys, values, topics, headers) of a packed `next` answer, as
+/// [`Message::byte_len`] counts them.
+fn payload_len(msgs: &weir_abi::OutMessages<'_>) -> usize {
+    msgs.iter()
+        .map(|o| {
+            o.key.map_or(0, <[u8]>::len)
+                + o.value.map_or(0, <[u8]>::len)
+                + o.topic.map_or(0, str::len)
+                + o.headers.iter().map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len)).sum::<usize>()
+        })
+        .sum()
 }
 
 fn oversize(size: usize, max: usize) -> String {

@@ -62,11 +62,15 @@ impl<'a> BatchWriter<'a> {
         headers: impl ExactSizeIterator<Item = (&'h str, Option<&'h [u8]>)>,
     ) {
         let buf = &mut *self.buf;
-        put_i64(buf, offset);
-        put_i64(buf, timestamp.unwrap_or(NO_TIMESTAMP));
-        put_u32(buf, len_of(key));
-        put_u32(buf, len_of(value));
-        put_u32(buf, headers.len() as u32);
+        // The fixed part in one copy: offset, timestamp, key-len, value-len, header-count.
+        let mut fixed = [0u8; 28];
+        fixed[0..8].copy_from_slice(&offset.to_le_bytes());
+        fixed[8..16].copy_from_slice(&timestamp.unwrap_or(NO_TIMESTAMP).to_le_bytes());
+        fixed[16..20].copy_from_slice(&len_of(key).to_le_bytes());
+        fixed[20..24].copy_from_slice(&len_of(value).to_le_bytes());
+        fixed[24..28].copy_from_slice(&(headers.len() as u32).to_le_bytes());
+        buf.reserve(28 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
+        buf.extend_from_slice(&fixed);
         put_opt(buf, key);
         put_opt(buf, value);
         put_headers(buf, headers);
