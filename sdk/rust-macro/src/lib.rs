@@ -6,7 +6,7 @@
 #![deny(missing_docs)]
 
 use proc_macro::TokenStream;
-use proc_macro2::{Span, TokenStream as TokenStream2};
+use proc_macro2::TokenStream as TokenStream2;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_macro_input, FnArg, ItemFn, Path, ReturnType, Type};
@@ -37,7 +37,10 @@ fn expand(attr: TokenStream, item: TokenStream, kind: Kind) -> TokenStream {
     let func = parse_macro_input!(item as ItemFn);
     let init = match parse_init(attr.into()) {
         Ok(i) => i,
-        Err(e) => return e.to_compile_error().into(),
+        Err(e) => {
+            let err = e.to_compile_error();
+            return quote!(#func #err).into();
+        }
     };
     match generate(&func, init.as_ref(), kind) {
         Ok(extra) => quote!(#func #extra).into(),
@@ -177,7 +180,6 @@ fn generate(func: &ItemFn, init: Option<&Path>, kind: Kind) -> syn::Result<Token
             ));
         }
     };
-    let _ = Span::call_site();
     Ok(quote! {
         #body
         ::weir_sdk::export_stage!(#holder);
