@@ -66,6 +66,21 @@ pub struct ChainOutput {
     pub failure: Option<Failure>,
 }
 
+/// One stage's numbers at the end of a run.
+#[derive(Debug, Clone)]
+pub struct StageStats {
+    /// Stage name.
+    pub name: Arc<str>,
+    /// Plugin version (hash) running at the end.
+    pub plugin: String,
+    /// Whether calls used the packed batch path.
+    pub batch: bool,
+    /// Outcome counts.
+    pub counts: StageCounts,
+    /// Sandbox events.
+    pub sandbox: crate::engine::SandboxStats,
+}
+
 struct StageRun {
     slot: Arc<StageSlot>,
     generation: u64,
@@ -193,25 +208,15 @@ impl Chain {
     }
 
     /// Per-stage counts and sandbox events, in chain order.
-    pub fn stats(
-        &self,
-    ) -> Vec<(
-        Arc<str>,
-        String,
-        bool,
-        StageCounts,
-        crate::engine::SandboxStats,
-    )> {
+    pub fn stats(&self) -> Vec<StageStats> {
         self.stages
             .iter()
-            .map(|s| {
-                (
-                    s.slot.spec.name.clone(),
-                    s.instance.plugin().hash.clone(),
-                    s.instance.uses_batch(),
-                    s.counts.clone(),
-                    s.instance.stats.clone(),
-                )
+            .map(|s| StageStats {
+                name: s.slot.spec.name.clone(),
+                plugin: s.instance.plugin().hash.clone(),
+                batch: s.instance.uses_batch(),
+                counts: s.counts.clone(),
+                sandbox: s.instance.stats.clone(),
             })
             .collect()
     }

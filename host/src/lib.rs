@@ -24,3 +24,4 @@ pub mod reload;
 pub mod report;
 pub mod sink;
 pub mod source;
+pub mod watermark;

@@ -24,6 +24,7 @@ use crate::reload::{ReloadRequest, Reloader, StageSlot};
 use crate::report::{ExitState, RunReport, StageReport};
 use crate::sink::LineSink;
 use crate::source::{self, SourceItem};
+use crate::watermark::Watermark;
 
 /// The pipeline could not start (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -139,19 +140,22 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
                 sink: &mut sink,
                 rejects: &mut rejects,
                 stats: DriverStats::default(),
+                watermark: Watermark::new(0, 0),
             };
             let result = d.run(&rx, &batch_cfg, &driver_stop);
             let stats = std::mem::take(&mut d.stats);
+            let done = d.watermark.committable();
             let chain_stats = d.chain.stats();
             let flushed = sink.flush().and_then(|()| rejects.flush());
-            (
+            DriverOutcome {
                 result,
                 flushed,
                 stats,
+                done,
                 chain_stats,
-                sink.written,
-                rejects.written,
-            )
+                written: sink.written,
+                rejected: rejects.written,
+            }
         })
         .expect("spawning the driver");
 
@@ -168,8 +172,15 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             }
         }
     }
-    let (result, flushed, stats, chain_stats, written, rejected) =
-        driver.join().expect("driver thread panicked");
+    let DriverOutcome {
+        result,
+        flushed,
+        stats,
+        done,
+        chain_stats,
+        written,
+        rejected,
+    } = driver.join().expect("driver thread panicked");
     drop(signals);
     let reloads = reloader.finish();
 
@@ -192,15 +203,15 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         malformed: stats.malformed,
         written,
         rejected,
-        done_through_offset: stats.done_through,
+        done_through_offset: (done > 0).then(|| done - 1),
         stages: chain_stats
             .into_iter()
-            .map(|(name, plugin, batch, counts, sandbox)| StageReport {
-                name: name.to_string(),
-                plugin,
-                contract: if batch { "batch" } else { "typed" },
-                counts,
-                sandbox,
+            .map(|st| StageReport {
+                name: st.name.to_string(),
+                plugin: st.plugin,
+                contract: if st.batch { "batch" } else { "typed" },
+                counts: st.counts,
+                sandbox: st.sandbox,
             })
             .collect(),
         reloads,
@@ -258,11 +269,22 @@ fn start_signals(
     Ok(SignalGuard(handle))
 }
 
+/// What the driver thread hands back when it ends.
+struct DriverOutcome {
+    result: Result<Option<Failure>, String>,
+    flushed: Result<(), crate::sink::SinkError>,
+    stats: DriverStats,
+    /// The watermark: every offset below it was fully handled.
+    done: i64,
+    chain_stats: Vec<crate::chain::StageStats>,
+    written: u64,
+    rejected: u64,
+}
+
 #[derive(Default)]
 struct DriverStats {
     read: u64,
     malformed: u64,
-    done_through: Option<i64>,
 }
 
 struct Driver<'s> {
@@ -271,6 +293,8 @@ struct Driver<'s> {
     sink: &'s mut LineSink,
     rejects: &'s mut LineSink,
     stats: DriverStats,
+    /// What is fully handled: the same tracker the Kafka commits will use.
+    watermark: Watermark,
 }
 
 impl Driver<'_> {
@@ -287,7 +311,7 @@ impl Driver<'_> {
         loop {
             let ended = self.fill(rx, cfg, stop, &mut batch, &mut malformed)?;
             if !batch.is_empty() {
-                let last = batch.last().map(|e| e.offset);
+                let offsets: Vec<i64> = batch.iter().map(|e| e.offset).collect();
                 self.chain.swap_if_published();
                 let out = self
                     .chain
@@ -297,19 +321,33 @@ impl Driver<'_> {
                 self.rejects
                     .write_rejects(&self.lane, &out.rejects)
                     .map_err(|e| e.to_string())?;
+                // The local sinks acknowledge by returning: written, rejected or filtered is
+                // done. Nothing at or after a failed message is.
+                let fail_at = out.failure.as_ref().map_or(i64::MAX, |f| f.offset);
+                let g = self.watermark.generation();
+                for o in offsets {
+                    let r = match o.cmp(&fail_at) {
+                        std::cmp::Ordering::Less => self.watermark.complete(g, o),
+                        std::cmp::Ordering::Equal => self.watermark.fail(g, o),
+                        std::cmp::Ordering::Greater => Ok(()),
+                    };
+                    r.map_err(|e| e.to_string())?;
+                }
                 if let Some(f) = out.failure {
-                    self.stats.done_through = (f.offset > 0).then(|| f.offset - 1);
                     tracing::error!(stage = %f.stage, offset = f.offset, "stage failed: {}; stopping", f.reason);
                     return Ok(Some(f));
                 }
-                self.stats.done_through = last.or(self.stats.done_through);
             }
             if !malformed.is_empty() {
                 self.rejects
                     .write_rejects(&self.lane, &malformed)
                     .map_err(|e| e.to_string())?;
-                self.stats.done_through = malformed.last().map(|r| r.env.offset);
-                malformed.clear();
+                let g = self.watermark.generation();
+                for r in malformed.drain(..) {
+                    self.watermark
+                        .complete(g, r.env.offset)
+                        .map_err(|e| e.to_string())?;
+                }
             }
             self.sink.flush().map_err(|e| e.to_string())?;
             self.rejects.flush().map_err(|e| e.to_string())?;
@@ -354,6 +392,9 @@ impl Driver<'_> {
             match item {
                 SourceItem::Message(env) => {
                     self.stats.read += 1;
+                    self.watermark
+                        .track(env.offset)
+                        .map_err(|e| e.to_string())?;
                     bytes += env.msg.byte_len();
                     batch.push(env);
                 }
@@ -363,6 +404,7 @@ impl Driver<'_> {
                     line,
                 } => {
                     self.stats.malformed += 1;
+                    self.watermark.track(offset).map_err(|e| e.to_string())?;
                     malformed.push(Rejected {
                         env: Envelope {
                             offset,

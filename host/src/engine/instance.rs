@@ -241,7 +241,12 @@ impl StageInstance {
 
     /// One packed call, appending its verdicts to `out`. `Err` carries the reason when the
     /// store must be rebuilt (the caller drops whatever was appended).
-    fn call_batch(&mut self, lane: &Lane, batch: &[Envelope], out: &mut Vec<Verdict>) -> Result<(), String> {
+    fn call_batch(
+        &mut self,
+        lane: &Lane,
+        batch: &[Envelope],
+        out: &mut Vec<Verdict>,
+    ) -> Result<(), String> {
         let mut w = weir_abi::BatchWriter::new(&mut self.buf, &lane.topic, lane.partition);
         for e in batch {
             let m = &e.msg;
@@ -273,7 +278,9 @@ impl StageInstance {
         for v in reader {
             out.push(match v {
                 weir_abi::Verdict::Keep => Verdict::Keep,
-                weir_abi::Verdict::Next(msgs) if msgs.byte_len() > max && payload_len(&msgs) > max => {
+                weir_abi::Verdict::Next(msgs)
+                    if msgs.byte_len() > max && payload_len(&msgs) > max =>
+                {
                     self.stats.oversized += 1;
                     self.trapped(oversize(payload_len(&msgs), max))
                 }
@@ -403,7 +410,10 @@ fn payload_len(msgs: &weir_abi::OutMessages<'_>) -> usize {
             o.key.map_or(0, <[u8]>::len)
                 + o.value.map_or(0, <[u8]>::len)
                 + o.topic.map_or(0, str::len)
-                + o.headers.iter().map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len)).sum::<usize>()
+                + o.headers
+                    .iter()
+                    .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+                    .sum::<usize>()
         })
         .sum()
 }
