@@ -23,7 +23,7 @@ const BATCHES: [usize; 4] = [1, 64, 256, 1024];
 
 /// ~100-byte JSON values, a 9-byte key, one header; every other message matches the filter.
 fn value(i: usize) -> String {
-    let status = if i % 2 == 0 { "paid" } else { "open" };
+    let status = if i.is_multiple_of(2) { "paid" } else { "open" };
     let v =
         format!(r#"{{"id":{i:08},"status":"{status}","region":"eu","customer":"c-{i:06}","pad":""#);
     format!(
