@@ -21,6 +21,17 @@ impl<'a> Cursor<'a> {
         Ok(head)
     }
 
+    /// `N` bytes as an array: one bounds check for a whole fixed-size record.
+    #[inline]
+    fn array<const N: usize>(&mut self) -> Result<&'a [u8; N]> {
+        let (head, tail) = self
+            .data
+            .split_first_chunk::<N>()
+            .ok_or(AbiError("truncated"))?;
+        self.data = tail;
+        Ok(head)
+    }
+
     #[inline]
     fn u32(&mut self) -> Result<u32> {
         let b = self.take(4)?;
@@ -49,18 +60,30 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips `count` headers and returns the bytes they occupy.
+    #[inline]
     fn headers(&mut self, count: u32) -> Result<&'a [u8]> {
         let start = self.data;
-        let mut used = 0usize;
         for _ in 0..count {
-            let k = self.u32()?;
-            let v = self.u32()?;
-            self.take(k as usize)?;
-            self.opt(v)?;
-            used += 8 + k as usize + if v == ABSENT { 0 } else { v as usize };
+            let lens = self.array::<8>()?;
+            let k = u32_at(lens, 0);
+            let v = u32_at(lens, 4);
+            let len = k as usize + if v == ABSENT { 0 } else { v as usize };
+            self.take(len)?;
         }
-        Ok(&start[..used])
+        Ok(&start[..start.len() - self.data.len()])
     }
+}
+
+#[inline]
+fn u32_at<const N: usize>(b: &[u8; N], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[inline]
+fn i64_at<const N: usize>(b: &[u8; N], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_le_bytes(a)
 }
 
 fn timestamp(raw: i64) -> Option<i64> {
@@ -151,13 +174,15 @@ impl<'a> BatchReader<'a> {
         })
     }
 
+    #[inline]
     fn read_one(&mut self) -> Result<InMessage<'a>> {
         let c = &mut self.cur;
-        let offset = c.i64()?;
-        let ts = c.i64()?;
-        let klen = c.u32()?;
-        let vlen = c.u32()?;
-        let hcount = c.u32()?;
+        let fixed = c.array::<28>()?;
+        let offset = i64_at(fixed, 0);
+        let ts = i64_at(fixed, 8);
+        let klen = u32_at(fixed, 16);
+        let vlen = u32_at(fixed, 20);
+        let hcount = u32_at(fixed, 24);
         let key = c.opt(klen)?;
         let value = c.opt(vlen)?;
         let raw = c.headers(hcount)?;
