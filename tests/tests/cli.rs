@@ -300,3 +300,49 @@ fn compiled_components_are_cached_and_a_broken_entry_is_recompiled() {
     assert!(String::from_utf8_lossy(&third.stdout).contains("cache=Miss"));
     assert!(stderr(&third).contains("compiled cache entry unusable"));
 }
+
+#[test]
+fn the_quickstart_example_runs_as_documented() {
+    let s = scratch!();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let yaml = std::fs::read_to_string(format!("{root}/examples/quickstart.yaml")).unwrap();
+    // Same pipeline, with this build's components and this folder's outputs.
+    let yaml = yaml
+        .replace(
+            "../target/wasm32-wasip2/release/json_filter.wasm",
+            plugins::JSON_FILTER,
+        )
+        .replace(
+            "../target/wasm32-wasip2/release/json_enrich.wasm",
+            plugins::JSON_ENRICH,
+        )
+        .replace(
+            "../target/wasm32-wasip2/release/router.wasm",
+            plugins::ROUTER,
+        )
+        .replace(
+            "path: orders.jsonl",
+            &format!("path: {root}/examples/orders.jsonl"),
+        );
+    s.write("quickstart.yaml", &yaml);
+    let o = s.run(&["run", "quickstart.yaml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = s.read_jsonl("out/orders-out.jsonl");
+    let topics: Vec<&str> = out.iter().map(|l| l["topic"].as_str().unwrap()).collect();
+    assert_eq!(
+        topics,
+        ["orders-eu", "orders-us", "orders-apac", "orders-eu"]
+    );
+    let first: Value = serde_json::from_str(out[0]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(first["customer"], "ADA");
+    assert_eq!(first["pipeline"], "weir-quickstart");
+    assert_eq!(out[3]["key"], json!({"base64": "/wD+"}));
+    let rejected = s.read_jsonl("out/rejected.jsonl");
+    assert_eq!(rejected.len(), 2);
+    assert!(rejected.iter().all(|r| r["reject"]["stage"] == "paid-only"));
+    let summary = stderr(&o);
+    assert!(
+        summary.contains("read 8, written 4, rejected 2"),
+        "{summary}"
+    );
+}
