@@ -346,3 +346,43 @@ fn the_quickstart_example_runs_as_documented() {
         "{summary}"
     );
 }
+
+#[test]
+fn stdin_to_stdout_pipes_like_a_filter() {
+    use std::io::Write;
+    let s = scratch!();
+    s.write(
+        "p.yaml",
+        &format!(
+            "source:\n  stdin: {{ topic: live }}\nstages:\n  - name: m\n    plugin: {}\nsink:\n  stdout: {{}}\n",
+            plugins::MISBEHAVE
+        ),
+    );
+    let mut child = s
+        .weir(&["run", "p.yaml"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"value\": \"a\"}\n{\"value\": \"dup\"}\n{\"value\": \"reject\"}\n")
+        .unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            json!({"value": "a"}),
+            json!({"value": "dup"}),
+            json!({"value": "dup"})
+        ]
+    );
+    assert!(stderr(&o).contains("rejected 1"), "{}", stderr(&o));
+}
