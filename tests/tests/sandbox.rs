@@ -115,6 +115,23 @@ fn huge_output_hits_max_output() {
 }
 
 #[test]
+fn a_flood_of_empty_messages_hits_max_output_on_both_paths() {
+    for contract in ["batch", "typed"] {
+        let limits = format!(
+            "    contract: {contract}\n    limits:\n      memory: 128MiB\n      max_output: 1MiB\n"
+        );
+        let (s, o) = run_misbehave(&["flood", "b"], &limits, "");
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(values(&s.read_jsonl("out.jsonl")), ["b"], "{contract}");
+        assert!(
+            reasons(&s)[0].contains("exceeds max_output of 1MiB"),
+            "{contract}: {:?}",
+            reasons(&s)
+        );
+    }
+}
+
+#[test]
 fn huge_output_on_the_typed_path_is_capped_too() {
     let (s, o) = run_misbehave(
         &["huge", "b"],

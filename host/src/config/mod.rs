@@ -180,7 +180,8 @@ pub struct LimitsConfig {
     #[serde(default = "default_timeout", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub timeout: Duration,
-    /// Most bytes (keys, values, headers, topics) the stage may emit for one input message.
+    /// Most bytes the stage may emit for one input message: keys, values, headers and topics,
+    /// plus 32 per emitted message (so a flood of empty messages is capped too).
     #[serde(default = "default_max_output")]
     pub max_output: ByteSize,
 }

@@ -279,7 +279,9 @@ impl StageInstance {
             out.push(match v {
                 weir_abi::Verdict::Keep => Verdict::Keep,
                 weir_abi::Verdict::Next(msgs)
-                    if msgs.byte_len() > max && payload_len(&msgs) > max =>
+                    // The encoded size bounds the counted size from above (24 fixed bytes per
+                    // message plus 8): only then is the exact count needed.
+                    if msgs.byte_len() + 8 * msgs.len() > max && payload_len(&msgs) > max =>
                 {
                     self.stats.oversized += 1;
                     self.trapped(oversize(payload_len(&msgs), max))
@@ -360,7 +362,7 @@ impl StageInstance {
                         topic: w.topic,
                     })
                     .collect();
-                let size: usize = msgs.iter().map(Message::byte_len).sum();
+                let size = output_len(&msgs);
                 if size > self.spec.max_output {
                     self.stats.oversized += 1;
                     self.trapped(oversize(size, self.spec.max_output))
@@ -402,12 +404,21 @@ impl StageInstance {
     }
 }
 
-/// Payload bytes (keys, values, topics, headers) of a packed `next` answer, as
-/// [`Message::byte_len`] counts them.
+/// What each emitted message counts towards `max_output` besides its payload, so that a flood
+/// of empty messages is capped too.
+const MESSAGE_OVERHEAD: usize = 32;
+
+/// `max_output` size of a typed `next` answer: payload plus [`MESSAGE_OVERHEAD`] per message.
+fn output_len(msgs: &[Message]) -> usize {
+    msgs.iter().map(|m| m.byte_len() + MESSAGE_OVERHEAD).sum()
+}
+
+/// `max_output` size of a packed `next` answer, counted as [`output_len`] counts it.
 fn payload_len(msgs: &weir_abi::OutMessages<'_>) -> usize {
     msgs.iter()
         .map(|o| {
-            o.key.map_or(0, <[u8]>::len)
+            MESSAGE_OVERHEAD
+                + o.key.map_or(0, <[u8]>::len)
                 + o.value.map_or(0, <[u8]>::len)
                 + o.topic.map_or(0, str::len)
                 + o.headers

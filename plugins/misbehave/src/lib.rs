@@ -1,6 +1,6 @@
 //! A hostile test fixture. What it does depends on the message value:
 //! `trap` panics, `loop` never returns, `bomb` allocates until memory runs out, `huge` emits a
-//! 16 MiB value, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; anything
+//! 16 MiB value, `flood` emits 100,000 empty messages, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; anything
 //! else passes unchanged. `read-file`, `env` and `net` reject with what the sandbox allowed. With config `init_error` set, `init` fails with that text.
 use weir_sdk::{Config, Message, Outcome};
 
@@ -31,6 +31,7 @@ pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
             }
         }
         "huge" => Outcome::map(msg.to_owned().value(vec![b'x'; 16 << 20])),
+        "flood" => Outcome::Next(vec![weir_sdk::OutMessage::default(); 100_000]),
         "fail" => Outcome::fail(format!("asked to fail at offset {}", msg.offset())),
         "reject" => Outcome::reject("asked to reject"),
         "dup" => Outcome::Next(vec![msg.to_owned(), msg.to_owned()]),
