@@ -74,6 +74,25 @@ impl Scratch {
     pub fn read_jsonl(&self, name: &str) -> Vec<Value> {
         read_jsonl(&self.path(name))
     }
+
+    /// The JSON run report `report.json` (what [`pipeline_yaml`] configures).
+    pub fn report(&self) -> Value {
+        let text = std::fs::read_to_string(self.path("report.json")).expect("report written");
+        serde_json::from_str(&text).expect("report is JSON")
+    }
+
+    /// The reject reasons in `rejected.jsonl`, in order.
+    pub fn reject_reasons(&self) -> Vec<String> {
+        self.read_jsonl("rejected.jsonl")
+            .iter()
+            .map(|l| {
+                l["reject"]["reason"]
+                    .as_str()
+                    .expect("reject reason")
+                    .to_owned()
+            })
+            .collect()
+    }
 }
 
 /// Reads a JSONL file (missing file: no lines).
@@ -85,6 +104,14 @@ pub fn read_jsonl(path: &Path) -> Vec<Value> {
             .collect(),
         Err(_) => Vec::new(),
     }
+}
+
+/// The `value` of each JSONL line, as text (a non-string value reads as "").
+pub fn values(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l["value"].as_str().unwrap_or("").to_owned())
+        .collect()
 }
 
 /// stderr of a finished command, as text.

@@ -1,19 +1,7 @@
 //! Chain semantics through the real binary: next/reject/fail, flat-map, routing, order, bytes.
 
 use serde_json::{json, Value};
-use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
-
-fn report(s: &Scratch) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).expect("report written"))
-        .unwrap()
-}
-
-fn values(lines: &[Value]) -> Vec<String> {
-    lines
-        .iter()
-        .map(|l| l["value"].as_str().unwrap_or("").to_owned())
-        .collect()
-}
+use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, values};
 
 #[test]
 fn filter_enrich_route_reject_and_counts_add_up() {
@@ -67,7 +55,7 @@ fn filter_enrich_route_reject_and_counts_add_up() {
         json!({"topic": "in", "partition": 0, "offset": 300})
     );
     assert_eq!(r["plugin"].as_str().unwrap().len(), 64, "full plugin hash");
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["state"], "completed");
     assert_eq!(rep["read"], 301);
     let paid = &rep["stages"][0];
@@ -105,7 +93,7 @@ fn flat_map_reject_and_fail_stop_before_the_failed_message() {
     );
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "dup", "dup", "b"]);
     assert_eq!(values(&s.read_jsonl("rejected.jsonl")), ["reject"]);
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["state"], "failed");
     assert_eq!(rep["failure"]["offset"], 4);
     assert_eq!(rep["failure"]["stage"], "m");
@@ -139,7 +127,7 @@ fn a_fail_in_a_later_stage_truncates_what_earlier_stages_emitted() {
     let o = s.run(&["run", "p.yaml"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["dup", "dup", "x"]);
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["failure"]["stage"], "two");
     assert_eq!(rep["failure"]["offset"], 2);
     assert_eq!(
@@ -167,7 +155,7 @@ fn typed_and_batch_paths_give_identical_results() {
         s.write("p.yaml", &pipeline_yaml(&st, "batch:\n  max_messages: 3\n"));
         let o = s.run(&["run", "p.yaml"]);
         assert!(o.status.success(), "{}", stderr(&o));
-        assert_eq!(report(&s)["stages"][0]["contract"], contract);
+        assert_eq!(s.report()["stages"][0]["contract"], contract);
         outs.push((s.read_jsonl("out.jsonl"), s.read_jsonl("rejected.jsonl")));
     }
     assert_eq!(outs[0], outs[1]);
@@ -211,7 +199,7 @@ fn a_component_without_the_sdk_runs_on_the_typed_contract() {
         stderr(&o).contains("typed-only ready"),
         "guest log reaches host logs"
     );
-    assert_eq!(report(&s)["stages"][0]["contract"], "typed");
+    assert_eq!(s.report()["stages"][0]["contract"], "typed");
 }
 
 #[test]
@@ -235,7 +223,7 @@ fn malformed_input_lines_go_to_the_reject_path() {
         .as_str()
         .unwrap()
         .contains("line 3"));
-    assert_eq!(report(&s)["malformed"], 2);
+    assert_eq!(s.report()["malformed"], 2);
 }
 
 #[test]

@@ -122,10 +122,6 @@ fn versions(s: &Scratch, n: usize) -> Vec<bool> {
         .collect()
 }
 
-fn report(s: &Scratch) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).unwrap()).unwrap()
-}
-
 #[test]
 fn replacing_the_plugin_file_swaps_at_a_batch_boundary_without_loss() {
     let s = scratch!();
@@ -147,7 +143,7 @@ fn replacing_the_plugin_file_swaps_at_a_batch_boundary_without_loss() {
         v[first_v2..].iter().all(|b| *b),
         "after the swap every message runs on v2, once"
     );
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["stages"][0]["swaps"], 1);
     assert_eq!(rep["reloads"]["published"], 1);
     assert!(log.contains("new plugin version published"), "{log}");
@@ -169,7 +165,7 @@ fn a_broken_replacement_is_refused_and_the_old_version_keeps_running() {
     let (status, log) = live.finish();
     assert!(status.success(), "{log}");
     assert!(versions(&s, n).iter().all(|b| !b), "all on the old version");
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["stages"][0]["swaps"], 0);
     assert!(rep["reloads"]["refused"].as_u64().unwrap() >= 2);
     assert_eq!(rep["reloads"]["published"], 0);
@@ -194,7 +190,7 @@ fn sighup_reloads_when_watching_is_off() {
     assert!(status.success(), "{log}");
     let v = versions(&s, n);
     assert!(v[..150].iter().all(|b| !b) && v[n - 20..].iter().all(|b| *b));
-    assert_eq!(report(&s)["stages"][0]["swaps"], 1);
+    assert_eq!(s.report()["stages"][0]["swaps"], 1);
 }
 
 #[test]
@@ -214,7 +210,7 @@ fn sigterm_drains_what_was_read_and_exits_cleanly() {
     // stdin stays open: the drain must not wait for end of input.
     let status = live.child.wait().unwrap();
     assert!(status.success(), "{}", live.log());
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["state"], "interrupted");
     assert_eq!(rep["read"], rep["written"], "everything read was written");
     assert_eq!(rep["written"], 200);

@@ -1,8 +1,8 @@
 //! Hostile plugins are contained: traps, infinite loops, memory bombs, huge output, probes of
 //! the filesystem, environment and network. The host keeps running and loses nothing.
 
-use serde_json::{json, Value};
-use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
+use serde_json::json;
+use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, values, Scratch};
 
 fn run_misbehave(vals: &[&str], limits: &str, extra: &str) -> (Scratch, std::process::Output) {
     let s = scratch!();
@@ -16,30 +16,12 @@ fn run_misbehave(vals: &[&str], limits: &str, extra: &str) -> (Scratch, std::pro
     (s, o)
 }
 
-fn report(s: &Scratch) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(s.path("report.json")).unwrap()).unwrap()
-}
-
-fn values(lines: &[Value]) -> Vec<String> {
-    lines
-        .iter()
-        .map(|l| l["value"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-fn reasons(s: &Scratch) -> Vec<String> {
-    s.read_jsonl("rejected.jsonl")
-        .iter()
-        .map(|l| l["reject"]["reason"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[test]
 fn a_trap_rejects_only_its_message_with_the_panic_text() {
     let (s, o) = run_misbehave(&["a", "b", "trap", "c", "d"], "", "");
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b", "c", "d"]);
-    let r = reasons(&s);
+    let r = s.reject_reasons();
     assert_eq!(r.len(), 1);
     assert!(r[0].starts_with("trap: "), "{}", r[0]);
     assert!(
@@ -47,7 +29,7 @@ fn a_trap_rejects_only_its_message_with_the_panic_text() {
         "guest stderr captured: {}",
         r[0]
     );
-    let sb = &report(&s)["stages"][0]["sandbox"];
+    let sb = &s.report()["stages"][0]["sandbox"];
     assert_eq!(sb["traps"], 2, "the batch call and the isolated retry");
     assert_eq!(sb["restarts"], 2);
 }
@@ -73,10 +55,10 @@ fn an_infinite_loop_hits_the_deadline() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
-    let r = reasons(&s);
+    let r = s.reject_reasons();
     assert_eq!(r.len(), 1);
     assert!(r[0].contains("deadline of 50ms exceeded"), "{}", r[0]);
-    assert_eq!(report(&s)["stages"][0]["sandbox"]["timeouts"], 2);
+    assert_eq!(s.report()["stages"][0]["sandbox"]["timeouts"], 2);
     // Two 50 ms deadlines plus start-up: far below this bound unless the loop was not stopped.
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
@@ -90,10 +72,10 @@ fn a_memory_bomb_hits_the_memory_cap() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
-    let r = reasons(&s);
+    let r = s.reject_reasons();
     assert!(r[0].contains("memory limit of 16MiB exceeded"), "{}", r[0]);
     assert!(
-        report(&s)["stages"][0]["sandbox"]["memory_exceeded"]
+        s.report()["stages"][0]["sandbox"]["memory_exceeded"]
             .as_u64()
             .unwrap()
             >= 1
@@ -109,9 +91,9 @@ fn huge_output_hits_max_output() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a", "b"]);
-    let r = reasons(&s);
+    let r = s.reject_reasons();
     assert!(r[0].contains("exceeds max_output of 1MiB"), "{}", r[0]);
-    assert_eq!(report(&s)["stages"][0]["sandbox"]["oversized"], 1);
+    assert_eq!(s.report()["stages"][0]["sandbox"]["oversized"], 1);
 }
 
 #[test]
@@ -124,9 +106,9 @@ fn a_flood_of_empty_messages_hits_max_output_on_both_paths() {
         assert!(o.status.success(), "{}", stderr(&o));
         assert_eq!(values(&s.read_jsonl("out.jsonl")), ["b"], "{contract}");
         assert!(
-            reasons(&s)[0].contains("exceeds max_output of 1MiB"),
+            s.reject_reasons()[0].contains("exceeds max_output of 1MiB"),
             "{contract}: {:?}",
-            reasons(&s)
+            s.reject_reasons()
         );
     }
 }
@@ -140,7 +122,7 @@ fn huge_output_on_the_typed_path_is_capped_too() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["b"]);
-    assert!(reasons(&s)[0].contains("exceeds max_output"));
+    assert!(s.reject_reasons()[0].contains("exceeds max_output"));
 }
 
 #[test]
@@ -148,7 +130,7 @@ fn on_trap_fail_stops_the_pipeline_before_the_message() {
     let (s, o) = run_misbehave(&["a", "trap", "b"], "    on_trap: fail\n", "");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(values(&s.read_jsonl("out.jsonl")), ["a"]);
-    let rep = report(&s);
+    let rep = s.report();
     assert_eq!(rep["failure"]["offset"], 1);
     assert!(rep["failure"]["reason"]
         .as_str()
@@ -178,7 +160,7 @@ fn the_sandbox_grants_no_files_environment_or_network() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let r = reasons(&s);
+    let r = s.reject_reasons();
     assert!(r[0].starts_with("probe: file read denied"), "{}", r[0]);
     assert_eq!(r[1], "probe: 0 environment variables");
     assert!(r[2].starts_with("probe: network denied"), "{}", r[2]);
