@@ -386,3 +386,80 @@ fn stdin_to_stdout_pipes_like_a_filter() {
     );
     assert!(stderr(&o).contains("rejected 1"), "{}", stderr(&o));
 }
+
+#[test]
+fn weir_new_scaffolds_a_rust_stage_that_builds_tests_and_runs() {
+    let s = scratch!();
+    let o = s.run(&["new", "demo-stage"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let root = s.path("demo-stage");
+    for f in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "build.sh",
+        "sample.jsonl",
+        "pipeline.yaml",
+        "README.md",
+    ] {
+        assert!(root.join(f).exists(), "{f} scaffolded");
+    }
+    assert_eq!(
+        s.run(&["new", "demo-stage"]).status.code(),
+        Some(2),
+        "never overwrites"
+    );
+    assert_eq!(s.run(&["new", "Bad_Name"]).status.code(), Some(2));
+    // Build it with its own script, in a cached target folder of this workspace.
+    let target = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/scaffold");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = std::process::Command::new(root.join("build.sh"))
+        .env("CARGO_TARGET_DIR", target)
+        .env("CARGO", &cargo)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", stderr(&built));
+    let tested = std::process::Command::new(&cargo)
+        .args(["test", "--release", "--quiet"])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .unwrap();
+    assert!(
+        tested.status.success(),
+        "native unit test of the scaffold: {}",
+        stderr(&tested)
+    );
+    let wasm = format!("{target}/wasm32-wasip2/release/demo_stage.wasm");
+    let o = s.run(&[
+        "test",
+        &wasm,
+        "--input",
+        "demo-stage/sample.jsonl",
+        "--config",
+        "field=status",
+        "--config",
+        "equals=paid",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let outcomes: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(outcomes[0]["outcome"], "next");
+    assert_eq!(
+        outcomes[0]["messages"][0]["headers"],
+        json!([["demo-stage", "matched"]])
+    );
+    assert_eq!(outcomes[1]["messages"], json!([]));
+    assert_eq!(outcomes[2]["outcome"], "reject");
+    // Its pipeline runs as generated, once pointed at where this test built the component.
+    let yaml = std::fs::read_to_string(root.join("pipeline.yaml")).unwrap();
+    std::fs::write(
+        root.join("pipeline.yaml"),
+        yaml.replace("target/wasm32-wasip2/release/demo_stage.wasm", &wasm),
+    )
+    .unwrap();
+    let o = s.run(&["run", "demo-stage/pipeline.yaml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+}

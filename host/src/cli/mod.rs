@@ -5,6 +5,7 @@
 
 mod check;
 mod inspect;
+mod new;
 mod run;
 mod test;
 
@@ -48,6 +49,8 @@ enum Command {
     },
     /// Print the JSON Schema of the pipeline YAML.
     Schema,
+    /// Scaffold a stage project (source, build script, sample input, pipeline) for `weir test`.
+    New(new::NewArgs),
 }
 
 /// Exit code: the pipeline failed.
@@ -71,6 +74,7 @@ pub fn main() -> ExitCode {
         Command::Check { pipeline } => check::check(&pipeline),
         Command::Test(args) => test::test(&args),
         Command::Inspect { plugin } => inspect::inspect(&plugin),
+        Command::New(args) => new::new(&args),
         Command::Schema => {
             print!("{}", crate::config::schema());
             ExitCode::SUCCESS
