@@ -141,6 +141,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
                 rejects: &mut rejects,
                 stats: DriverStats::default(),
                 watermark: Watermark::new(0, 0),
+                offsets: Vec::new(),
             };
             let result = d.run(&rx, &batch_cfg, &driver_stop);
             let stats = std::mem::take(&mut d.stats);
@@ -295,6 +296,8 @@ struct Driver<'s> {
     stats: DriverStats,
     /// What is fully handled: the same tracker the Kafka commits will use.
     watermark: Watermark,
+    /// The source offsets of the batch in the chain (a reused buffer).
+    offsets: Vec<i64>,
 }
 
 impl Driver<'_> {
@@ -311,7 +314,8 @@ impl Driver<'_> {
         loop {
             let ended = self.fill(rx, cfg, stop, &mut batch, &mut malformed)?;
             if !batch.is_empty() {
-                let offsets: Vec<i64> = batch.iter().map(|e| e.offset).collect();
+                self.offsets.clear();
+                self.offsets.extend(batch.iter().map(|e| e.offset));
                 self.chain.swap_if_published();
                 let out = self
                     .chain
@@ -325,7 +329,7 @@ impl Driver<'_> {
                 // done. Nothing at or after a failed message is.
                 let fail_at = out.failure.as_ref().map_or(i64::MAX, |f| f.offset);
                 let g = self.watermark.generation();
-                for o in offsets {
+                for &o in &self.offsets {
                     let r = match o.cmp(&fail_at) {
                         std::cmp::Ordering::Less => self.watermark.complete(g, o),
                         std::cmp::Ordering::Equal => self.watermark.fail(g, o),

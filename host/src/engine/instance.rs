@@ -190,31 +190,22 @@ impl StageInstance {
                     self.restart()?;
                 }
             }
-            // Isolate the culprit: each message alone, rebuilding after each trap.
-            for env in batch {
-                let start = out.len();
-                if let Err(reason) = self.call_batch(lane, std::slice::from_ref(env), out) {
-                    out.truncate(start);
-                    self.restart()?;
-                    out.push(self.trapped(reason));
-                }
-                if matches!(out.last(), Some(Verdict::Fail(_))) {
-                    break;
-                }
-            }
-            return Ok(());
         }
+        // One message per call: always on the typed path; on the batch path after a failed batch
+        // call, to isolate the culprit. Each message is tried once; a trap rebuilds the store.
         for env in batch {
-            let v = match self.call_typed(lane, env) {
-                Ok(v) => v,
-                Err(reason) => {
-                    self.restart()?;
-                    self.trapped(reason)
-                }
+            let start = out.len();
+            let called = if self.live.batch.is_some() {
+                self.call_batch(lane, std::slice::from_ref(env), out)
+            } else {
+                self.call_typed(lane, env, out)
             };
-            let stop = matches!(v, Verdict::Fail(_));
-            out.push(v);
-            if stop {
+            if let Err(reason) = called {
+                out.truncate(start);
+                self.restart()?;
+                out.push(self.trapped(reason));
+            }
+            if matches!(out.last(), Some(Verdict::Fail(_))) {
                 break;
             }
         }
@@ -311,8 +302,14 @@ impl StageInstance {
         Ok(())
     }
 
-    /// One typed call. `Err` carries the reason when the store must be rebuilt.
-    fn call_typed(&mut self, lane: &Lane, env: &Envelope) -> Result<Verdict, String> {
+    /// One typed call, appending its verdict to `out`. `Err` carries the reason when the store
+    /// must be rebuilt.
+    fn call_typed(
+        &mut self,
+        lane: &Lane,
+        env: &Envelope,
+        out: &mut Vec<Verdict>,
+    ) -> Result<(), String> {
         let m = &env.msg;
         let msg = WitMessage {
             key: m.key.clone(),
@@ -342,7 +339,7 @@ impl StageInstance {
             Ok(o) => o,
             Err(e) => return Err(self.describe(&e)),
         };
-        Ok(match outcome {
+        let verdict = match outcome {
             WitOutcome::Keep => Verdict::Keep,
             WitOutcome::Next(msgs) => {
                 let msgs: Vec<Message> = msgs
@@ -372,7 +369,9 @@ impl StageInstance {
             }
             WitOutcome::Reject(r) => Verdict::Reject(r),
             WitOutcome::Fail(r) => Verdict::Fail(r),
-        })
+        };
+        out.push(verdict);
+        Ok(())
     }
 
     /// Turns a trap into a reason naming the limit it hit, with the guest's stderr.
