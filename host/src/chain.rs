@@ -2,7 +2,7 @@
 //! fail, and the batch-boundary plugin swap.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
@@ -27,6 +27,19 @@ pub struct StageCounts {
     pub failed: u64,
     /// Plugin versions swapped in while running.
     pub swaps: u64,
+}
+
+impl std::ops::AddAssign<&StageCounts> for StageCounts {
+    fn add_assign(&mut self, o: &StageCounts) {
+        self.input += o.input;
+        self.keep += o.keep;
+        self.next += o.next;
+        self.dropped += o.dropped;
+        self.emitted += o.emitted;
+        self.rejected += o.rejected;
+        self.failed += o.failed;
+        self.swaps += o.swaps;
+    }
 }
 
 /// A message that left the chain for the reject path.
@@ -93,6 +106,7 @@ pub struct Chain {
     engine: WeirEngine,
     stages: Vec<StageRun>,
     verdicts: Vec<Verdict>,
+    timings: Vec<Duration>,
 }
 
 impl Chain {
@@ -112,6 +126,7 @@ impl Chain {
             .collect::<Result<_, InstanceError>>()?;
         Ok(Chain {
             engine: engine.clone(),
+            timings: vec![Duration::ZERO; slots.len()],
             stages,
             verdicts: Vec::new(),
         })
@@ -151,12 +166,15 @@ impl Chain {
     pub fn run(&mut self, lane: &Lane, batch: Vec<Envelope>) -> Result<ChainOutput, InstanceError> {
         let mut current = batch;
         let mut out = ChainOutput::default();
-        for s in &mut self.stages {
+        self.timings.fill(Duration::ZERO);
+        for (s, took) in self.stages.iter_mut().zip(&mut self.timings) {
             if current.is_empty() {
                 break;
             }
             self.verdicts.clear();
+            let started = Instant::now();
             s.instance.process(lane, &current, &mut self.verdicts)?;
+            *took = started.elapsed();
             s.counts.input += current.len() as u64;
             let mut next = Vec::with_capacity(current.len());
             for (env, v) in current.into_iter().zip(self.verdicts.drain(..)) {
@@ -205,6 +223,21 @@ impl Chain {
         }
         out.outputs = current;
         Ok(out)
+    }
+
+    /// How long each stage took in the last batch (zero: the stage had nothing to do).
+    pub fn timings(&self) -> &[Duration] {
+        &self.timings
+    }
+
+    /// The number of stages.
+    pub fn len(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Whether the chain has no stages (a pass-through).
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
     }
 
     /// Per-stage counts and sandbox events, in chain order.

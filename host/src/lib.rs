@@ -9,6 +9,8 @@
 //! * [`chain`] — one batch through every stage in order,
 //! * [`sink`] — where messages go (JSONL file, stdout, discard) and the reject path,
 //! * [`pipeline`] — the threads that tie them together, signals, the run summary,
+//! * [`kafka`] — the Kafka runtime: controller, lanes, drivers, producer, commits, rebalance,
+//! * [`metrics`] — Prometheus metrics and the health endpoints,
 //! * [`reload`] — hot swap of plugins while the pipeline runs,
 //! * [`cli`] — the `weir` subcommands.
 #![deny(unsafe_code)]
@@ -18,7 +20,9 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod jsonl;
+pub mod kafka;
 pub mod message;
+pub mod metrics;
 pub mod pipeline;
 pub mod reload;
 pub mod report;

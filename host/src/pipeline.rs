@@ -44,6 +44,12 @@ pub enum StartError {
     /// A sink cannot be opened.
     #[error(transparent)]
     Sink(#[from] crate::sink::SinkError),
+    /// A Kafka client could not be created, or the pipeline shape is not supported.
+    #[error("{0}")]
+    Kafka(String),
+    /// The metrics listener could not start.
+    #[error("{0}")]
+    Metrics(String),
 }
 
 /// Everything loaded and instantiated, ready to run (also what `weir check` builds).
@@ -103,6 +109,16 @@ pub struct RunOptions {
 
 /// Runs the pipeline to the end of its source, a signal, or a failure.
 pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
+    if matches!(cfg.source, crate::config::SourceConfig::Kafka(_)) {
+        return crate::kafka::runtime::run(cfg, opts);
+    }
+    for (what, s) in [("sink", Some(&cfg.sink)), ("reject", cfg.reject.as_ref())] {
+        if matches!(s, Some(crate::config::SinkConfig::Kafka(_))) {
+            return Err(StartError::Kafka(format!(
+                "`{what}: kafka` needs a Kafka source (a local source's offsets cannot wait for broker acknowledgements yet)"
+            )));
+        }
+    }
     let started = Instant::now();
     // Signals first: a SIGHUP or SIGTERM during start-up must not kill the process.
     let stop = Arc::new(AtomicBool::new(false));
@@ -218,17 +234,15 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         reloads,
         failure,
         error,
+        kafka: None,
     };
     if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {
-        let json = serde_json::to_string_pretty(&report).expect("report serializes");
-        if let Err(e) = std::fs::write(path, json + "\n") {
-            tracing::error!(path = %path.display(), "cannot write the run report: {e}");
-        }
+        report.write(path);
     }
     Ok(report)
 }
 
-struct SignalGuard(signal_hook::iterator::Handle);
+pub(crate) struct SignalGuard(signal_hook::iterator::Handle);
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
@@ -237,7 +251,7 @@ impl Drop for SignalGuard {
 }
 
 /// SIGINT/SIGTERM set `stop` (a second one exits at once); SIGHUP reloads every plugin.
-fn start_signals(
+pub(crate) fn start_signals(
     stop: Arc<AtomicBool>,
     reload: crossbeam_channel::Sender<ReloadRequest>,
 ) -> Result<SignalGuard, StartError> {

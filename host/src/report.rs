@@ -61,9 +61,36 @@ pub struct RunReport {
     pub failure: Option<Failure>,
     /// Set when a sink or the source broke.
     pub error: Option<String>,
+    /// Kafka source: commits and rebalances.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaReport>,
+}
+
+/// What a Kafka run committed.
+#[derive(Debug, Clone, Serialize)]
+pub struct KafkaReport {
+    /// Committed offset (the next to read) per `topic/partition`, as the broker confirmed.
+    pub committed: std::collections::BTreeMap<String, i64>,
+    /// Rebalance callbacks (assign and revoke).
+    pub rebalances: u64,
+    /// Completions from an older assignment, ignored.
+    pub stale_completions: u64,
+    /// The source was drained to its end (`stop_at_end`).
+    pub reached_end: bool,
 }
 
 impl RunReport {
+    /// Writes the report as JSON (creating the folder); a failure is logged, not fatal.
+    pub fn write(&self, path: &std::path::Path) {
+        let json = serde_json::to_string_pretty(self).expect("report serializes");
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Err(e) = std::fs::write(path, json + "\n") {
+            tracing::error!(path = %path.display(), "cannot write the run report: {e}");
+        }
+    }
+
     /// The human summary printed at the end of a run.
     pub fn summary(&self) -> String {
         let mut s = format!(
@@ -90,6 +117,18 @@ impl RunReport {
         }
         if let Some(e) = &self.error {
             s.push_str(&format!("  error: {e}\n"));
+        }
+        if let Some(k) = &self.kafka {
+            let c: Vec<String> = k
+                .committed
+                .iter()
+                .map(|(p, o)| format!("{p}@{o}"))
+                .collect();
+            s.push_str(&format!(
+                "  committed {}  ({} rebalance callbacks)\n",
+                c.join(" "),
+                k.rebalances
+            ));
         }
         s
     }

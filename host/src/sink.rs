@@ -51,6 +51,12 @@ impl LineSink {
                 Some(Box::new(std::io::BufWriter::new(std::io::stdout()))),
             ),
             SinkConfig::Discard(_) => ("discard".into(), None),
+            SinkConfig::Kafka(k) => {
+                return Err(SinkError {
+                    what: format!("kafka topic {}", k.topic),
+                    source: std::io::Error::other("a Kafka sink is not a line sink"),
+                })
+            }
         };
         Ok(LineSink {
             what,

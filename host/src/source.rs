@@ -46,6 +46,7 @@ pub fn lane(cfg: &SourceConfig) -> Lane {
                 .map_or_else(|| "jsonl".into(), |s| s.to_string_lossy().into_owned())
         }),
         SourceConfig::Stdin(s) => s.topic.clone().unwrap_or_else(|| "stdin".into()),
+        SourceConfig::Kafka(k) => k.topics.join(","),
     };
     Lane {
         topic: topic.into(),
@@ -69,6 +70,12 @@ pub fn start(
             Box::new(std::io::BufReader::with_capacity(1 << 20, f))
         }
         SourceConfig::Stdin(_) => Box::new(std::io::BufReader::new(std::io::stdin())),
+        SourceConfig::Kafka(k) => {
+            return Err(SourceError {
+                path: format!("kafka {}", k.topics.join(",")),
+                source: std::io::Error::other("a Kafka source runs in the Kafka runtime"),
+            })
+        }
     };
     std::thread::Builder::new()
         .name("weir-source".into())

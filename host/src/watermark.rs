@@ -117,6 +117,14 @@ impl Watermark {
         self.next
     }
 
+    /// Whether every tracked offset at or below `offset` is done or failed.
+    pub fn settled_through(&self, offset: i64) -> bool {
+        self.window
+            .iter()
+            .take_while(|(o, _)| *o <= offset)
+            .all(|(_, s)| *s != State::InFlight)
+    }
+
     /// Offsets tracked and not yet below the watermark.
     pub fn in_flight(&self) -> usize {
         self.window.len()

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 the pipeline failed (a stage said `fail`, or a sink broke),
 //! 2 bad configuration, plugin or usage.
 
+mod broker;
 mod check;
 mod inspect;
 mod new;
@@ -49,6 +50,8 @@ enum Command {
     },
     /// Print the JSON Schema of the pipeline YAML.
     Schema,
+    /// Run a throw-away Kafka-protocol broker in this process (development and tests).
+    Broker(broker::BrokerArgs),
     /// Scaffold a stage project (source, build script, sample input, pipeline) for `weir test`.
     New(new::NewArgs),
 }
@@ -75,6 +78,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::test(&args),
         Command::Inspect { plugin } => inspect::inspect(&plugin),
         Command::New(args) => new::new(&args),
+        Command::Broker(args) => broker::broker(&args),
         Command::Schema => {
             print!("{}", crate::config::schema());
             ExitCode::SUCCESS

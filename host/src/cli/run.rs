@@ -1,8 +1,10 @@
 //! `weir run`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
+use crate::kafka::embedded::EmbeddedBroker;
 use crate::pipeline::{self, RunOptions};
 use crate::report::ExitState;
 
@@ -17,18 +19,45 @@ pub struct RunArgs {
     /// Print the JSON run report on stdout instead of the summary on stderr.
     #[arg(long)]
     json: bool,
+    /// Start a Kafka-protocol broker in this process (librdkafka's mock cluster) and point
+    /// every Kafka source and sink of the pipeline at it.
+    #[arg(long)]
+    embedded_broker: bool,
+    /// With `--embedded-broker`: produce a JSONL file to a topic before the run (repeatable).
+    #[arg(long, value_name = "TOPIC=FILE", requires = "embedded_broker")]
+    seed: Vec<String>,
+    /// With `--embedded-broker`: partitions of each topic the pipeline names.
+    #[arg(long, default_value_t = 3, requires = "embedded_broker")]
+    partitions: i32,
+    /// With `--embedded-broker`: after the run, write each topic the pipeline produced to
+    /// `DIR/TOPIC.jsonl`.
+    #[arg(long, value_name = "DIR", requires = "embedded_broker")]
+    dump: Option<PathBuf>,
 }
 
 pub fn run(args: &RunArgs) -> ExitCode {
-    let cfg = match crate::config::load(&args.pipeline) {
+    let mut cfg = match crate::config::load(&args.pipeline) {
         Ok(c) => c,
         Err(e) => return super::bad_input(e),
+    };
+    let broker = if args.embedded_broker {
+        match embedded(&mut cfg, args) {
+            Ok(b) => Some(b),
+            Err(e) => return super::bad_input(e),
+        }
+    } else {
+        None
     };
     let opts = RunOptions {
         report: args.report.clone(),
     };
     match pipeline::run(&cfg, &opts) {
         Ok(report) => {
+            if let (Some(b), Some(dir)) = (&broker, &args.dump) {
+                if let Err(e) = dump(b, &cfg, dir) {
+                    eprintln!("error: {e}");
+                }
+            }
             if args.json {
                 println!(
                     "{}",
@@ -44,4 +73,64 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
         Err(e) => super::bad_input(e),
     }
+}
+
+/// Starts the embedded broker, points the pipeline at it, creates its topics, seeds them.
+fn embedded(cfg: &mut PipelineConfig, args: &RunArgs) -> Result<EmbeddedBroker, String> {
+    let broker = EmbeddedBroker::start(1).map_err(|e| e.to_string())?;
+    let bootstrap = broker.bootstrap().to_owned();
+    let mut topics = Vec::new();
+    match &mut cfg.source {
+        SourceConfig::Kafka(k) => {
+            k.brokers = bootstrap.clone();
+            topics.extend(k.topics.iter().cloned());
+        }
+        _ => return Err("--embedded-broker needs a `source: kafka` pipeline".into()),
+    }
+    for s in std::iter::once(&mut cfg.sink).chain(cfg.reject.as_mut()) {
+        if let SinkConfig::Kafka(k) = s {
+            k.brokers = bootstrap.clone();
+            topics.push(k.topic.clone());
+        }
+    }
+    for t in &topics {
+        broker
+            .create_topic(t, args.partitions)
+            .map_err(|e| e.to_string())?;
+    }
+    for s in &args.seed {
+        let (topic, file) = super::broker::parse_seed(s)?;
+        let n = broker
+            .seed_jsonl(&topic, &file)
+            .map_err(|e| e.to_string())?;
+        eprintln!("weir: embedded broker {bootstrap}: seeded {n} messages into `{topic}`");
+    }
+    Ok(broker)
+}
+
+/// Writes every topic other than the sources to `dir/TOPIC.jsonl`.
+fn dump(broker: &EmbeddedBroker, cfg: &PipelineConfig, dir: &Path) -> Result<(), String> {
+    let SourceConfig::Kafka(src) = &cfg.source else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for topic in broker.topics().map_err(|e| e.to_string())? {
+        if src.topics.contains(&topic) || topic.starts_with("__") {
+            continue;
+        }
+        let msgs = broker.read_topic(&topic).map_err(|e| e.to_string())?;
+        let path = dir.join(format!("{topic}.jsonl"));
+        let mut text = String::new();
+        for (_, _, m) in &msgs {
+            text.push_str(&serde_json::Value::Object(crate::jsonl::message_json(m)).to_string());
+            text.push('\n');
+        }
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!(
+            "weir: topic `{topic}`: {} messages -> {}",
+            msgs.len(),
+            path.display()
+        );
+    }
+    Ok(())
 }

@@ -175,6 +175,45 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
             ));
         }
     }
+    if cfg.runtime.drivers == 0 {
+        return Err((
+            line_of(text, "drivers:"),
+            "field `runtime.drivers`: must be at least 1".into(),
+        ));
+    }
+    if let Some(cores) = &cfg.runtime.cores {
+        if cores.len() < cfg.runtime.drivers {
+            return Err((
+                line_of(text, "cores:"),
+                format!(
+                    "field `runtime.cores`: {} cores listed for {} drivers",
+                    cores.len(),
+                    cfg.runtime.drivers
+                ),
+            ));
+        }
+    }
+    if let SourceConfig::Kafka(k) = &cfg.source {
+        if k.topics.is_empty() {
+            return Err((
+                line_of(text, "topics:"),
+                "field `source.kafka.topics`: name at least one topic".into(),
+            ));
+        }
+        for key in ["enable.auto.commit", "enable.auto.offset.store", "group.id"] {
+            if k.properties.contains_key(key) {
+                return Err((
+                    line_of(text, key),
+                    format!("field `source.kafka.properties.{key}`: set by Weir (commits follow handled messages; use `group`)"),
+                ));
+            }
+        }
+    } else if cfg.runtime.drivers > 1 {
+        return Err((
+            line_of(text, "drivers:"),
+            "field `runtime.drivers`: more than one driver needs a Kafka source (a local source is one lane)".into(),
+        ));
+    }
     if cfg.batch.max_messages == 0 {
         return Err((
             line_of(text, "max_messages:"),

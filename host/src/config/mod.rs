@@ -6,6 +6,7 @@
 //! YAML file. `weir schema` prints the JSON Schema generated from these structs
 //! (committed as `docs/weir.schema.json`).
 
+mod kafka;
 mod load;
 mod size;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+pub use kafka::{property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
 pub use load::{load, load_str, ConfigError};
 pub use size::ByteSize;
 
@@ -56,6 +58,8 @@ pub enum SourceConfig {
     Jsonl(JsonlSource),
     /// JSONL on standard input, until end of input.
     Stdin(StdinSource),
+    /// Kafka topics, as a member of a consumer group.
+    Kafka(KafkaSource),
 }
 
 /// A JSONL file source.
@@ -88,6 +92,8 @@ pub enum SinkConfig {
     Stdout(EmptySink),
     /// Count and drop.
     Discard(EmptySink),
+    /// Produce to a Kafka topic.
+    Kafka(KafkaSink),
 }
 
 /// The YAML shape of a source (serde_yaml reads enums only from `!tags`, so the one-key map
@@ -97,16 +103,18 @@ pub enum SinkConfig {
 struct SourceSpec {
     jsonl: Option<JsonlSource>,
     stdin: Option<StdinSource>,
+    kafka: Option<KafkaSource>,
 }
 
 impl TryFrom<SourceSpec> for SourceConfig {
     type Error = String;
 
     fn try_from(s: SourceSpec) -> Result<Self, String> {
-        match (s.jsonl, s.stdin) {
-            (Some(j), None) => Ok(SourceConfig::Jsonl(j)),
-            (None, Some(i)) => Ok(SourceConfig::Stdin(i)),
-            _ => Err("a source needs exactly one of `jsonl`, `stdin`".into()),
+        match (s.jsonl, s.stdin, s.kafka) {
+            (Some(j), None, None) => Ok(SourceConfig::Jsonl(j)),
+            (None, Some(i), None) => Ok(SourceConfig::Stdin(i)),
+            (None, None, Some(k)) => Ok(SourceConfig::Kafka(k)),
+            _ => Err("a source needs exactly one of `jsonl`, `stdin`, `kafka`".into()),
         }
     }
 }
@@ -118,17 +126,19 @@ struct SinkSpec {
     jsonl: Option<JsonlSink>,
     stdout: Option<EmptySink>,
     discard: Option<EmptySink>,
+    kafka: Option<KafkaSink>,
 }
 
 impl TryFrom<SinkSpec> for SinkConfig {
     type Error = String;
 
     fn try_from(s: SinkSpec) -> Result<Self, String> {
-        match (s.jsonl, s.stdout, s.discard) {
-            (Some(j), None, None) => Ok(SinkConfig::Jsonl(j)),
-            (None, Some(e), None) => Ok(SinkConfig::Stdout(e)),
-            (None, None, Some(e)) => Ok(SinkConfig::Discard(e)),
-            _ => Err("a sink needs exactly one of `jsonl`, `stdout`, `discard`".into()),
+        match (s.jsonl, s.stdout, s.discard, s.kafka) {
+            (Some(j), None, None, None) => Ok(SinkConfig::Jsonl(j)),
+            (None, Some(e), None, None) => Ok(SinkConfig::Stdout(e)),
+            (None, None, Some(e), None) => Ok(SinkConfig::Discard(e)),
+            (None, None, None, Some(k)) => Ok(SinkConfig::Kafka(k)),
+            _ => Err("a sink needs exactly one of `jsonl`, `stdout`, `discard`, `kafka`".into()),
         }
     }
 }
@@ -284,6 +294,30 @@ pub struct RuntimeConfig {
     #[serde(default = "default_drain", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub drain_timeout: Duration,
+    /// Driver threads, each with its own stage instances and its own partitions (Kafka
+    /// sources; local sources use one).
+    #[serde(default = "default_drivers")]
+    pub drivers: usize,
+    /// Pin each driver thread to a CPU core (`cores`, else driver i on core i).
+    #[serde(default)]
+    pub pin: bool,
+    /// The cores drivers are pinned to, in driver order (implies `pin`).
+    #[serde(default)]
+    pub cores: Option<Vec<usize>>,
+    /// Most message bytes read but not yet fully handled. Above it partitions are paused;
+    /// they resume below half of it.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: ByteSize,
+    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on this address (`127.0.0.1:9464`).
+    #[serde(default)]
+    pub metrics: Option<String>,
+}
+
+fn default_drivers() -> usize {
+    1
+}
+fn default_max_in_flight() -> ByteSize {
+    ByteSize(64 << 20)
 }
 
 fn default_true() -> bool {
@@ -300,6 +334,11 @@ impl Default for RuntimeConfig {
             watch_plugins: true,
             report: None,
             drain_timeout: default_drain(),
+            drivers: default_drivers(),
+            pin: false,
+            cores: None,
+            max_in_flight: default_max_in_flight(),
+            metrics: None,
         }
     }
 }
@@ -309,16 +348,7 @@ impl StageConfig {
     pub fn config_pairs(&self) -> Vec<(String, String)> {
         self.config
             .iter()
-            .map(|(k, v)| {
-                let s = match v {
-                    serde_yaml::Value::String(s) => s.clone(),
-                    serde_yaml::Value::Null => String::new(),
-                    serde_yaml::Value::Bool(b) => b.to_string(),
-                    serde_yaml::Value::Number(n) => n.to_string(),
-                    other => serde_json::to_string(other).unwrap_or_default(),
-                };
-                (k.clone(), s)
-            })
+            .map(|(k, v)| (k.clone(), property_text(v)))
             .collect()
     }
 }

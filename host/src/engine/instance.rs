@@ -74,6 +74,17 @@ pub struct SandboxStats {
     pub restarts: u64,
 }
 
+impl std::ops::AddAssign<&SandboxStats> for SandboxStats {
+    fn add_assign(&mut self, o: &SandboxStats) {
+        self.traps += o.traps;
+        self.timeouts += o.timeouts;
+        self.memory_exceeded += o.memory_exceeded;
+        self.oversized += o.oversized;
+        self.malformed += o.malformed;
+        self.restarts += o.restarts;
+    }
+}
+
 /// An instance could not be built or rebuilt.
 #[derive(Debug, thiserror::Error)]
 pub enum InstanceError {

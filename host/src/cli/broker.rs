@@ -1,0 +1,82 @@
+//! `weir broker`: a throw-away Kafka-protocol broker (librdkafka's mock cluster) for
+//! development and tests. Prints its bootstrap address on the first line of stdout, then
+//! reads commands from stdin (`down ID`, `up ID`) until end of input.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::kafka::embedded::EmbeddedBroker;
+
+/// Arguments of `weir broker`.
+#[derive(Debug, clap::Args)]
+pub struct BrokerArgs {
+    /// Topics to create, as NAME or NAME:PARTITIONS (repeatable).
+    #[arg(long = "topic", value_name = "NAME[:PARTITIONS]")]
+    topics: Vec<String>,
+    /// Produce a JSONL file to a topic, as TOPIC=FILE (repeatable).
+    #[arg(long, value_name = "TOPIC=FILE")]
+    seed: Vec<String>,
+    /// Number of brokers in the cluster.
+    #[arg(long, default_value_t = 1)]
+    brokers: i32,
+}
+
+/// Parses `TOPIC=FILE`.
+pub(super) fn parse_seed(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((t, f)) if !t.is_empty() && !f.is_empty() => Ok((t.to_owned(), PathBuf::from(f))),
+        _ => Err(format!("--seed `{s}`: expected TOPIC=FILE")),
+    }
+}
+
+pub fn broker(args: &BrokerArgs) -> ExitCode {
+    let broker = match EmbeddedBroker::start(args.brokers) {
+        Ok(b) => b,
+        Err(e) => return super::bad_input(e),
+    };
+    for t in &args.topics {
+        let (name, parts) = match t.split_once(':') {
+            Some((n, p)) => match p.parse::<i32>() {
+                Ok(p) if p > 0 => (n, p),
+                _ => return super::bad_input(format!("--topic `{t}`: bad partition count")),
+            },
+            None => (t.as_str(), 1),
+        };
+        if let Err(e) = broker.create_topic(name, parts) {
+            return super::bad_input(e);
+        }
+    }
+    for s in &args.seed {
+        let seeded = parse_seed(s).and_then(|(t, f)| {
+            broker
+                .seed_jsonl(&t, &f)
+                .map(|n| (t, n))
+                .map_err(|e| e.to_string())
+        });
+        match seeded {
+            Ok((t, n)) => eprintln!("weir broker: seeded {n} messages into `{t}`"),
+            Err(e) => return super::bad_input(e),
+        }
+    }
+    println!("{}", broker.bootstrap());
+    let _ = std::io::stdout().flush();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let mut words = line.split_whitespace();
+        let result = match (words.next(), words.next().map(str::parse::<i32>)) {
+            (Some("down"), Some(Ok(id))) => broker.set_broker_up(id, false),
+            (Some("up"), Some(Ok(id))) => broker.set_broker_up(id, true),
+            (None, _) => continue,
+            _ => {
+                eprintln!("weir broker: commands are `down ID` and `up ID`");
+                continue;
+            }
+        };
+        match result {
+            Ok(()) => eprintln!("weir broker: {line}: ok"),
+            Err(e) => eprintln!("weir broker: {line}: {e}"),
+        }
+    }
+    ExitCode::SUCCESS
+}

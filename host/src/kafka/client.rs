@@ -1,0 +1,64 @@
+//! librdkafka client settings and its log bridge.
+
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+
+use crate::config::{property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
+
+/// The consumer settings: Weir's defaults, then the user's properties, then the ones Weir owns.
+pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &src.brokers)
+        .set(
+            "auto.offset.reset",
+            match src.start {
+                StartFrom::Earliest => "earliest",
+                StartFrom::Latest => "latest",
+            },
+        )
+        .set(
+            "partition.assignment.strategy",
+            match src.assignor {
+                Assignor::Cooperative => "cooperative-sticky",
+                Assignor::Eager => "range",
+            },
+        )
+        // librdkafka's own prefetch is bounded too (the byte budget covers what Weir holds).
+        .set("queued.max.messages.kbytes", "16384")
+        .set("log_level", "4");
+    for (k, v) in &src.properties {
+        c.set(k, property_text(v));
+    }
+    c.set("group.id", &src.group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    c
+}
+
+/// The producer settings: acknowledged by all in-sync replicas, idempotent, so a
+/// delivery report means the broker has the record exactly once per send.
+pub fn producer_config(sink: &KafkaSink) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &sink.brokers)
+        .set("linger.ms", "5")
+        .set("log_level", "4");
+    for (k, v) in &sink.properties {
+        c.set(k, property_text(v));
+    }
+    c.set("acks", "all").set("enable.idempotence", "true");
+    c
+}
+
+/// librdkafka's log lines, through tracing.
+pub fn log(level: RDKafkaLogLevel, fac: &str, msg: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => tracing::error!(target: "librdkafka", "{fac}: {msg}"),
+        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", "{fac}: {msg}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(target: "librdkafka", "{fac}: {msg}")
+        }
+        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "{fac}: {msg}"),
+    }
+}

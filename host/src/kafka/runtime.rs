@@ -1,0 +1,279 @@
+//! Assembling and running a pipeline with a Kafka source, and its shutdown.
+//!
+//! Shutdown (SIGTERM/SIGINT, a stage `fail`, `stop_at_end`): the controller stops fetching
+//! and tells every driver to stop (draining what is queued unless a stage failed) → drivers
+//! finish and exit → the producers flush under the remaining `drain_timeout` → the final
+//! synchronous commit of what is done → the consumer leaves the group → the exit report.
+//! Whatever was not acknowledged by then is not committed and replays on restart.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::consumer::Consumer;
+
+use super::controller::{self, Controller, ControllerOptions};
+use super::driver::{self, DriverSetup};
+use super::output::{Delivered, DeliveryContext, KafkaProducer, Outputs, Target};
+use crate::chain::{Chain, StageStats};
+use crate::config::{KafkaSink, PipelineConfig, SinkConfig, SourceConfig};
+use crate::metrics::Metrics;
+use crate::pipeline::{prepare, start_signals, Prepared, RunOptions, StartError};
+use crate::reload::Reloader;
+use crate::report::{ExitState, KafkaReport, RunReport, StageReport};
+use crate::sink::LineSink;
+
+fn producer(sink: &KafkaSink, delivered: Arc<Delivered>) -> Result<Arc<KafkaProducer>, StartError> {
+    let cfg = super::client::producer_config(sink);
+    KafkaProducer::from_config_and_context(&cfg, DeliveryContext { delivered })
+        .map(Arc::new)
+        .map_err(|e| StartError::Kafka(format!("kafka producer for `{}`: {e}", sink.topic)))
+}
+
+/// A destination, and the counter of what reached it.
+fn target(
+    cfg: Option<&SinkConfig>,
+    producers: &mut Vec<Arc<KafkaProducer>>,
+) -> Result<(Target, Arc<Delivered>, Option<Arc<Mutex<LineSink>>>), StartError> {
+    let delivered = Arc::new(Delivered::default());
+    Ok(match cfg {
+        Some(SinkConfig::Kafka(k)) => {
+            let p = producer(k, delivered.clone())?;
+            producers.push(p.clone());
+            (
+                Target::Kafka {
+                    producer: p,
+                    topic: k.topic.as_str().into(),
+                },
+                delivered,
+                None,
+            )
+        }
+        Some(other) => {
+            let s = Arc::new(Mutex::new(LineSink::open(other)?));
+            (Target::Line(s.clone()), delivered, Some(s))
+        }
+        None => {
+            let s = Arc::new(Mutex::new(LineSink::discard()));
+            (Target::Line(s.clone()), delivered, Some(s))
+        }
+    })
+}
+
+fn cores(cfg: &PipelineConfig) -> Vec<Option<usize>> {
+    let n = cfg.runtime.drivers;
+    if let Some(c) = &cfg.runtime.cores {
+        return c.iter().take(n).map(|&c| Some(c)).collect();
+    }
+    if !cfg.runtime.pin {
+        return vec![None; n];
+    }
+    let ids: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    (0..n)
+        .map(|i| (!ids.is_empty()).then(|| ids[i % ids.len()]))
+        .collect()
+}
+
+/// Runs the pipeline until a signal, a failure, or (with `stop_at_end`) the end of its topics.
+pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
+    let SourceConfig::Kafka(src) = &cfg.source else {
+        unreachable!("the Kafka runtime runs Kafka sources")
+    };
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reload_channel = crossbeam_channel::unbounded();
+    let signals = start_signals(stop.clone(), reload_channel.0.clone())?;
+    let Prepared {
+        engine,
+        slots,
+        chain,
+    } = prepare(cfg)?;
+    let mut chains = vec![chain];
+    for _ in 1..cfg.runtime.drivers {
+        chains.push(Chain::new(&engine, &slots)?);
+    }
+    let metrics = Metrics::new();
+    for s in &slots {
+        let (_, p) = s.current();
+        metrics
+            .plugin_info
+            .with_label_values(&[&s.spec.name, p.short_hash()])
+            .set(1);
+    }
+    if let Some(addr) = &cfg.runtime.metrics {
+        crate::metrics::serve(addr, metrics.clone()).map_err(StartError::Metrics)?;
+    }
+
+    let mut producers = Vec::new();
+    let (sink, sink_acked, sink_line) = target(Some(&cfg.sink), &mut producers)?;
+    let (rejects, dlq_acked, reject_line) = target(cfg.reject.as_ref(), &mut producers)?;
+    let dlq_is_kafka = matches!(rejects, Target::Kafka { .. });
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let outputs = Outputs {
+        sink,
+        rejects,
+        done: done_tx,
+    };
+    let reloader = Reloader::start(
+        engine.clone(),
+        slots.clone(),
+        cfg.runtime.watch_plugins,
+        reload_channel,
+    );
+
+    let (events_tx, events_rx) = crossbeam_channel::unbounded();
+    let mut controls = Vec::new();
+    let mut setups = Vec::new();
+    for (index, (chain, core)) in chains.into_iter().zip(cores(cfg)).enumerate() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        controls.push(tx);
+        setups.push(DriverSetup {
+            index,
+            keep_originals: dlq_is_kafka && chain.len() > 1,
+            chain,
+            outputs: outputs.clone(),
+            batch: cfg.batch.clone(),
+            control: rx,
+            events: events_tx.clone(),
+            metrics: metrics.clone(),
+            core,
+        });
+    }
+    drop(outputs);
+    let copts = ControllerOptions {
+        lane_capacity: cfg.batch.max_messages.saturating_mul(4).max(64),
+        max_in_flight: cfg.runtime.max_in_flight.bytes(),
+        revoke_timeout: src.revoke_timeout,
+        commit_interval: src.commit_interval,
+        stop_at_end: src.stop_at_end,
+        drain_timeout: cfg.runtime.drain_timeout,
+    };
+    let consumer = controller::consumer(
+        &super::client::consumer_config(src),
+        controls,
+        done_rx,
+        producers,
+        copts,
+        metrics.clone(),
+    )
+    .map_err(|e| StartError::Kafka(format!("kafka consumer for group `{}`: {e}", src.group)))?;
+    let topics: Vec<&str> = src.topics.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&topics)
+        .map_err(|e| StartError::Kafka(format!("subscribing to {}: {e}", topics.join(","))))?;
+    let drivers: Vec<_> = setups.into_iter().map(driver::spawn).collect();
+    drop(events_tx);
+    tracing::info!(pipeline = %cfg.name, stages = slots.len(), drivers = drivers.len(),
+        topics = %src.topics.join(","), group = %src.group, "pipeline running on Kafka");
+
+    let ctl = std::thread::Builder::new()
+        .name("weir-controller".into())
+        .spawn({
+            let stop = stop.clone();
+            move || {
+                Controller {
+                    consumer,
+                    events: events_rx,
+                    stop,
+                }
+                .run()
+            }
+        })
+        .expect("spawning the controller");
+    // The controller bounds its own drain; this is the backstop if librdkafka hangs.
+    let backstop = cfg.runtime.drain_timeout + Duration::from_secs(10);
+    let mut stop_seen: Option<Instant> = None;
+    while !ctl.is_finished() {
+        std::thread::sleep(Duration::from_millis(5));
+        if stop.load(Ordering::Relaxed) {
+            let t = *stop_seen.get_or_insert_with(Instant::now);
+            if t.elapsed() > backstop {
+                tracing::error!(
+                    "shutdown did not finish; exiting (nothing uncommitted is lost: it replays)"
+                );
+                std::process::exit(1);
+            }
+        }
+    }
+    let outcome = ctl.join().expect("controller thread panicked");
+    let per_driver: Vec<Vec<StageStats>> = drivers
+        .into_iter()
+        .map(|d| d.join().expect("driver thread panicked"))
+        .collect();
+    drop(signals);
+    let reloads = reloader.finish();
+    for (stage, n) in [
+        ("published", reloads.published),
+        ("refused", reloads.refused),
+        ("unchanged", reloads.unchanged),
+    ] {
+        if n > 0 {
+            metrics.reloads.with_label_values(&["*", stage]).inc_by(n);
+        }
+    }
+
+    let interrupted = stop.load(Ordering::Relaxed);
+    let state = if outcome.failure.is_some() || outcome.error.is_some() {
+        ExitState::Failed
+    } else if interrupted {
+        ExitState::Interrupted
+    } else {
+        ExitState::Completed
+    };
+    let count = |acked: &Delivered, line: &Option<Arc<Mutex<LineSink>>>| match line {
+        Some(l) => l.lock().unwrap_or_else(|p| p.into_inner()).written,
+        None => acked.ok.load(Ordering::Relaxed),
+    };
+    let report = RunReport {
+        pipeline: cfg.name.clone(),
+        state,
+        duration_ms: started.elapsed().as_millis() as u64,
+        read: outcome.read,
+        malformed: 0,
+        written: count(&sink_acked, &sink_line),
+        rejected: count(&dlq_acked, &reject_line),
+        done_through_offset: None,
+        stages: merge(per_driver),
+        reloads,
+        failure: outcome.failure,
+        error: outcome.error,
+        kafka: Some(KafkaReport {
+            committed: outcome.committed,
+            rebalances: outcome.rebalances,
+            stale_completions: outcome.stale,
+            reached_end: outcome.reached_end,
+        }),
+    };
+    if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {
+        report.write(path);
+    }
+    Ok(report)
+}
+
+/// One report line per stage, summed over the drivers.
+fn merge(per_driver: Vec<Vec<StageStats>>) -> Vec<StageReport> {
+    let mut out: Vec<StageReport> = Vec::new();
+    for stats in per_driver {
+        for (i, st) in stats.into_iter().enumerate() {
+            match out.get_mut(i) {
+                Some(r) => {
+                    r.counts += &st.counts;
+                    r.sandbox += &st.sandbox;
+                }
+                None => out.push(StageReport {
+                    name: st.name.to_string(),
+                    plugin: st.plugin,
+                    contract: if st.batch { "batch" } else { "typed" },
+                    counts: st.counts,
+                    sandbox: st.sandbox,
+                }),
+            }
+        }
+    }
+    out
+}

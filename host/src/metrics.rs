@@ -1,0 +1,258 @@
+//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` listener.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// Every metric Weir exports.
+pub struct Metrics {
+    /// The registry they are in.
+    pub registry: Registry,
+    /// Per-stage messages by outcome (`keep`, `next`, `dropped`, `reject`, `fail`).
+    pub stage_messages: IntCounterVec,
+    /// Per-stage traps (any kind).
+    pub stage_traps: IntCounterVec,
+    /// Per-stage calls stopped by the deadline.
+    pub stage_timeouts: IntCounterVec,
+    /// Per-stage time for one batch.
+    pub stage_seconds: HistogramVec,
+    /// Messages per batch.
+    pub batch_size: prometheus::Histogram,
+    /// Messages read from the source.
+    pub consumed: IntCounter,
+    /// Message bytes read and not yet fully handled.
+    pub in_flight_bytes: IntGauge,
+    /// Partitions paused for backpressure.
+    pub paused_partitions: IntGauge,
+    /// Per partition: committed offset.
+    pub committed_offset: IntGaugeVec,
+    /// Per partition: end offset minus committed offset.
+    pub consumer_lag: IntGaugeVec,
+    /// Rebalance callbacks by kind (`assign`, `revoke`, `error`).
+    pub rebalances: IntCounterVec,
+    /// Offset commits by result (`ok`, `error`).
+    pub commits: IntCounterVec,
+    /// Plugin reloads by stage and result (`published`, `refused`, `unchanged`).
+    pub reloads: IntCounterVec,
+    /// Running plugin version per stage (value 1).
+    pub plugin_info: IntGaugeVec,
+    /// Records acknowledged by the broker, by destination (`sink`, `dlq`).
+    pub produced: IntCounterVec,
+    /// Completions from an older assignment generation, ignored.
+    pub stale_completions: IntCounter,
+    /// Set once the pipeline is consuming.
+    pub ready: AtomicBool,
+}
+
+impl Metrics {
+    /// A fresh set in its own registry.
+    pub fn new() -> Arc<Self> {
+        let r = Registry::new();
+        fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
+            r.register(Box::new(m.clone()))
+                .expect("metric names are unique");
+            m
+        }
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &r,
+                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &r,
+                IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
+        Arc::new(Metrics {
+            stage_messages: counter_vec(
+                "weir_stage_messages_total",
+                "Messages by stage and outcome.",
+                &["stage", "outcome"],
+            ),
+            stage_traps: counter_vec(
+                "weir_stage_traps_total",
+                "Stage traps (any kind).",
+                &["stage"],
+            ),
+            stage_timeouts: counter_vec(
+                "weir_stage_timeouts_total",
+                "Stage calls stopped by the deadline.",
+                &["stage"],
+            ),
+            stage_seconds: reg(
+                &r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "weir_stage_batch_seconds",
+                        "Time one stage took for one batch.",
+                    )
+                    .buckets(
+                        prometheus::exponential_buckets(1e-6, 4.0, 12).expect("valid buckets"),
+                    ),
+                    &["stage"],
+                )
+                .expect("valid metric"),
+            ),
+            batch_size: reg(
+                &r,
+                prometheus::Histogram::with_opts(
+                    HistogramOpts::new("weir_batch_messages", "Messages per batch.").buckets(
+                        prometheus::exponential_buckets(1.0, 2.0, 12).expect("valid buckets"),
+                    ),
+                )
+                .expect("valid metric"),
+            ),
+            consumed: reg(
+                &r,
+                IntCounter::new(
+                    "weir_consumed_messages_total",
+                    "Messages read from the source.",
+                )
+                .expect("valid metric"),
+            ),
+            in_flight_bytes: reg(
+                &r,
+                IntGauge::new(
+                    "weir_in_flight_bytes",
+                    "Message bytes read and not yet fully handled.",
+                )
+                .expect("valid metric"),
+            ),
+            paused_partitions: reg(
+                &r,
+                IntGauge::new(
+                    "weir_paused_partitions",
+                    "Partitions paused for backpressure.",
+                )
+                .expect("valid metric"),
+            ),
+            committed_offset: gauge_vec(
+                "weir_committed_offset",
+                "Committed offset per partition.",
+                &["topic", "partition"],
+            ),
+            consumer_lag: gauge_vec(
+                "weir_consumer_lag",
+                "End offset minus committed offset, per partition.",
+                &["topic", "partition"],
+            ),
+            rebalances: counter_vec(
+                "weir_rebalances_total",
+                "Rebalance callbacks by kind.",
+                &["kind"],
+            ),
+            commits: counter_vec(
+                "weir_commits_total",
+                "Offset commits by result.",
+                &["result"],
+            ),
+            reloads: counter_vec(
+                "weir_plugin_reloads_total",
+                "Plugin reloads by stage and result.",
+                &["stage", "result"],
+            ),
+            plugin_info: gauge_vec(
+                "weir_plugin_info",
+                "Running plugin version per stage.",
+                &["stage", "plugin"],
+            ),
+            produced: counter_vec(
+                "weir_produced_records_total",
+                "Records acknowledged by the broker.",
+                &["destination"],
+            ),
+            stale_completions: reg(
+                &r,
+                IntCounter::new(
+                    "weir_stale_completions_total",
+                    "Completions from an older assignment, ignored.",
+                )
+                .expect("valid metric"),
+            ),
+            ready: AtomicBool::new(false),
+            registry: r,
+        })
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut buf = String::new();
+        prometheus::TextEncoder::new()
+            .encode_utf8(&self.registry.gather(), &mut buf)
+            .expect("text encoding cannot fail");
+        buf
+    }
+
+    /// Adds one driver's stage counts since the last call (`last` holds the previous values).
+    pub fn add_stage_counts(&self, stats: &[crate::chain::StageStats], last: &mut Vec<[u64; 7]>) {
+        last.resize(stats.len(), [0; 7]);
+        for (s, prev) in stats.iter().zip(last.iter_mut()) {
+            let c = &s.counts;
+            let now = [
+                c.keep,
+                c.next,
+                c.dropped,
+                c.rejected,
+                c.failed,
+                s.sandbox.traps,
+                s.sandbox.timeouts,
+            ];
+            let names = ["keep", "next", "dropped", "reject", "fail"];
+            for (i, name) in names.iter().enumerate() {
+                if now[i] > prev[i] {
+                    self.stage_messages
+                        .with_label_values(&[&*s.name, *name])
+                        .inc_by(now[i] - prev[i]);
+                }
+            }
+            if now[5] > prev[5] {
+                self.stage_traps
+                    .with_label_values(&[&*s.name])
+                    .inc_by(now[5] - prev[5]);
+            }
+            if now[6] > prev[6] {
+                self.stage_timeouts
+                    .with_label_values(&[&*s.name])
+                    .inc_by(now[6] - prev[6]);
+            }
+            *prev = now;
+        }
+    }
+}
+
+/// Serves the metrics on `addr` from a background thread. `/readyz` answers 200 once
+/// `ready` is set.
+pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<(), String> {
+    let server =
+        tiny_http::Server::http(addr).map_err(|e| format!("metrics listener {addr}: {e}"))?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    std::thread::Builder::new()
+        .name("weir-metrics".into())
+        .spawn(move || {
+            for req in server.incoming_requests() {
+                let (code, body) = match req.url() {
+                    "/metrics" => (200, metrics.render()),
+                    "/healthz" => (200, "ok\n".to_owned()),
+                    "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
+                        (200, "ready\n".to_owned())
+                    }
+                    "/readyz" => (503, "starting\n".to_owned()),
+                    _ => (404, "not found\n".to_owned()),
+                };
+                let resp = tiny_http::Response::from_string(body)
+                    .with_status_code(code)
+                    .with_header(
+                        tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
+                            .expect("valid header"),
+                    );
+                let _ = req.respond(resp);
+            }
+        })
+        .expect("spawning the metrics thread");
+    Ok(())
+}
