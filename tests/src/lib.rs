@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+pub mod kafka;
+
 /// Paths of the plugin components built from `plugins/` by this crate's build script.
 pub mod plugins {
     include!(concat!(env!("OUT_DIR"), "/plugins.rs"));

@@ -438,8 +438,10 @@ impl State {
         }
     }
 
-    /// Commits every partition (or `only` these) whose watermark moved past its last commit.
+    /// Commits every partition (or `only` these) whose watermark moved past its last commit;
+    /// a synchronous commit also re-commits the rest, so the broker confirms every offset.
     fn commit(&mut self, consumer: &WeirConsumer, mode: CommitMode, only: Option<&[PartitionKey]>) {
+        let sync = matches!(mode, CommitMode::Sync);
         let mut tpl = TopicPartitionList::new();
         let mut issued = Vec::new();
         for (t, ps) in &self.lanes {
@@ -449,7 +451,7 @@ impl State {
                 }
                 let Some(w) = &lane.watermark else { continue };
                 let next = w.committable();
-                if lane.committed.is_some_and(|c| c >= next) {
+                if !sync && lane.committed.is_some_and(|c| c >= next) {
                     continue;
                 }
                 let _ = tpl.add_partition_offset(t, *p, Offset::Offset(next));
@@ -468,7 +470,7 @@ impl State {
         match consumer.commit(&tpl, mode) {
             Ok(()) => {
                 for (t, p, next) in issued {
-                    if matches!(mode, CommitMode::Sync) {
+                    if sync {
                         self.metrics.commits.with_label_values(&["ok"]).inc();
                         confirm(&self.confirmed, &self.metrics, &t, p, next);
                     }

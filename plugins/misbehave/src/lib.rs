@@ -1,6 +1,6 @@
 //! A hostile test fixture. What it does depends on the message value:
 //! `trap` panics, `loop` never returns, `bomb` allocates until memory runs out, `huge` emits a
-//! 16 MiB value, `flood` emits 100,000 empty messages, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; anything
+//! 16 MiB value, `flood` emits 100,000 empty messages, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; `slow` spins 20 ms and keeps the message; anything
 //! else passes unchanged. `read-file`, `env` and `net` reject with what the sandbox allowed. With config `init_error` set, `init` fails with that text.
 use weir_sdk::{Config, Message, Outcome};
 
@@ -35,6 +35,13 @@ pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
         "fail" => Outcome::fail(format!("asked to fail at offset {}", msg.offset())),
         "reject" => Outcome::reject("asked to reject"),
         "dup" => Outcome::Next(vec![msg.to_owned(), msg.to_owned()]),
+        "slow" => {
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(20) {
+                std::hint::spin_loop();
+            }
+            Outcome::Keep
+        }
         // Sandbox probes: report what the guest could reach.
         "read-file" => Outcome::reject(match std::fs::read_to_string("/etc/hostname") {
             Ok(_) => "probe: file read allowed".to_owned(),

@@ -1,0 +1,242 @@
+//! Kafka helpers: a `weir broker` process (librdkafka's mock cluster on loopback TCP), and a
+//! producer and readers that talk to it over TCP like any client would.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// A broker in its own process, killed on drop.
+pub struct Broker {
+    child: Child,
+    stdin: ChildStdin,
+    /// `bootstrap.servers`.
+    pub bootstrap: String,
+}
+
+impl Broker {
+    /// Starts `weir broker` with these topics (name, partitions).
+    pub fn start(weir: &str, topics: &[(&str, i32)]) -> Broker {
+        let mut cmd = Command::new(weir);
+        cmd.arg("broker");
+        for (t, p) in topics {
+            cmd.arg("--topic").arg(format!("{t}:{p}"));
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting weir broker");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("reading the bootstrap address");
+        let stdin = child.stdin.take().expect("stdin");
+        assert!(line.contains(':'), "weir broker printed {line:?}");
+        Broker {
+            child,
+            stdin,
+            bootstrap: line.trim().to_owned(),
+        }
+    }
+
+    /// Takes the (single) broker down or up.
+    pub fn set_up(&mut self, up: bool) {
+        writeln!(self.stdin, "{} 1", if up { "up" } else { "down" }).expect("broker command");
+        self.stdin.flush().expect("broker command");
+    }
+
+    fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        c
+    }
+
+    /// Produces `(partition, key, value)` records, waiting for every acknowledgement.
+    pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
+        let p: BaseProducer = self
+            .client()
+            .set("linger.ms", "2")
+            .create()
+            .expect("producer");
+        for (part, k, v) in records {
+            let mut rec = BaseRecord::to(topic)
+                .partition(*part)
+                .key(k.as_bytes())
+                .payload(v.as_bytes())
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: "origin",
+                    value: Some(k.as_bytes()),
+                }));
+            loop {
+                match p.send(rec) {
+                    Ok(()) => break,
+                    Err((_, r)) => {
+                        rec = r;
+                        p.poll(Duration::from_millis(5));
+                    }
+                }
+            }
+        }
+        p.flush(Duration::from_secs(30)).expect("flush");
+    }
+
+    /// Every record of `topic` in partition/offset order.
+    pub fn read(&self, topic: &str) -> Vec<Record> {
+        let c: BaseConsumer = self
+            .client()
+            .set("group.id", "weir-tests-reader")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut ends = HashMap::new();
+        let mut tpl = TopicPartitionList::new();
+        let meta = c
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .expect("metadata");
+        for p in meta.topics()[0].partitions() {
+            let (lo, hi) = c
+                .fetch_watermarks(topic, p.id(), Duration::from_secs(5))
+                .expect("watermarks");
+            if hi > lo {
+                ends.insert(p.id(), hi - 1);
+                tpl.add_partition_offset(topic, p.id(), Offset::Beginning)
+                    .expect("tpl");
+            }
+        }
+        let mut out = Vec::new();
+        if ends.is_empty() {
+            return out;
+        }
+        c.assign(&tpl).expect("assign");
+        drop(tpl);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ends.is_empty() {
+            assert!(Instant::now() < deadline, "reading {topic} timed out");
+            if let Some(m) = c.poll(Duration::from_millis(100)) {
+                let m = m.expect("consume");
+                if ends.get(&m.partition()).is_some_and(|&e| m.offset() >= e) {
+                    ends.remove(&m.partition());
+                }
+                out.push(Record {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                    value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                    headers: m.headers().map_or_else(Vec::new, |hs| {
+                        hs.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_owned(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default())
+                                        .into_owned(),
+                                )
+                            })
+                            .collect()
+                    }),
+                });
+            }
+        }
+        out.sort_by_key(|r| (r.partition, r.offset));
+        out
+    }
+
+    /// The group's committed offset per partition (`None`: nothing committed).
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+        let c: BaseConsumer = self
+            .client()
+            .set("group.id", group)
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let got = c
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .expect("committed offsets");
+        let out = (0..partitions)
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            })
+            .collect();
+        drop(got);
+        out
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One consumed record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key as text.
+    pub key: String,
+    /// Value as text.
+    pub value: String,
+    /// Headers as text.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Record {
+    /// A header's value.
+    pub fn header(&self, key: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A pipeline YAML reading `topic` as `group`, with these stages, producing to `out` and
+/// rejecting to `dlq`; `source_extra` / `extra` are appended to the source and the file.
+pub fn kafka_pipeline(
+    bootstrap: &str,
+    group: &str,
+    stages: &str,
+    source_extra: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "name: kafka-test
+source:
+  kafka:
+    brokers: {bootstrap}
+    topics: [in]
+    group: {group}
+    commit_interval: 100ms
+    properties:
+      session.timeout.ms: 6000
+      heartbeat.interval.ms: 500
+{source_extra}
+stages:
+{stages}
+sink:
+  kafka:
+    brokers: {bootstrap}
+    topic: out
+reject:
+  kafka:
+    brokers: {bootstrap}
+    topic: dlq
+runtime:
+  report: report.json
+{extra}"
+    )
+}
