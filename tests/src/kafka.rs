@@ -58,33 +58,16 @@ impl Broker {
         c
     }
 
+    /// A client-only handle on a running broker (for other threads).
+    pub fn client_for(bootstrap: &str) -> Client {
+        Client {
+            bootstrap: bootstrap.to_owned(),
+        }
+    }
+
     /// Produces `(partition, key, value)` records, waiting for every acknowledgement.
     pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
-        let p: BaseProducer = self
-            .client()
-            .set("linger.ms", "2")
-            .create()
-            .expect("producer");
-        for (part, k, v) in records {
-            let mut rec = BaseRecord::to(topic)
-                .partition(*part)
-                .key(k.as_bytes())
-                .payload(v.as_bytes())
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: "origin",
-                    value: Some(k.as_bytes()),
-                }));
-            loop {
-                match p.send(rec) {
-                    Ok(()) => break,
-                    Err((_, r)) => {
-                        rec = r;
-                        p.poll(Duration::from_millis(5));
-                    }
-                }
-            }
-        }
-        p.flush(Duration::from_secs(30)).expect("flush");
+        produce(&self.bootstrap, topic, records);
     }
 
     /// Every record of `topic` in partition/offset order.
@@ -179,6 +162,18 @@ impl Drop for Broker {
     }
 }
 
+/// A producer handle on a broker this test does not own.
+pub struct Client {
+    bootstrap: String,
+}
+
+impl Client {
+    /// See [`Broker::produce`].
+    pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
+        produce(&self.bootstrap, topic, records);
+    }
+}
+
 /// One consumed record.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -239,4 +234,33 @@ runtime:
   report: report.json
 {extra}"
     )
+}
+
+/// Produces `(partition, key, value)` records to `topic`, waiting for every acknowledgement.
+pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "2")
+        .create()
+        .expect("producer");
+    for (part, k, v) in records {
+        let mut rec = BaseRecord::to(topic)
+            .partition(*part)
+            .key(k.as_bytes())
+            .payload(v.as_bytes())
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "origin",
+                value: Some(k.as_bytes()),
+            }));
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    p.poll(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
 }

@@ -190,3 +190,337 @@ fn a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets
         );
     }
 }
+
+/// Produces `records` in `chunks` pieces, one every `every`, from a background thread.
+fn trickle(
+    b: &Broker,
+    topic: &'static str,
+    records: Vec<(i32, String, String)>,
+    chunks: usize,
+    every: Duration,
+) -> std::thread::JoinHandle<()> {
+    let bootstrap = b.bootstrap.clone();
+    std::thread::spawn(move || {
+        let client = Broker::client_for(&bootstrap);
+        let per = records.len().div_ceil(chunks);
+        for chunk in records.chunks(per) {
+            client.produce(topic, chunk);
+            std::thread::sleep(every);
+        }
+    })
+}
+
+fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Child {
+    let err = std::fs::File::create(s.path(log)).expect("log file");
+    s.weir(&["run", yaml])
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawning weir")
+}
+
+fn sigterm(c: &Child) {
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok);
+}
+
+fn wait_ok(mut c: Child, what: &str, s: &Scratch, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = c.try_wait().expect("wait") {
+            let text = std::fs::read_to_string(s.path(log)).unwrap_or_default();
+            assert!(st.success(), "{what} exited {st}: {text}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs the drain-to-end pass that finishes a test and asserts it exits 0.
+fn drain_to_end(b: &Broker, s: &Scratch, group: &str, stages: &str) {
+    s.write(
+        "end.yaml",
+        &kafka_pipeline(&b.bootstrap, group, stages, "    stop_at_end: true", ""),
+    );
+    let out = s.run(&["run", "end.yaml"]);
+    assert!(out.status.success(), "final pass: {}", stderr(&out));
+    let rep = s.report();
+    assert_eq!(rep["state"], "completed", "{rep}");
+    assert_eq!(rep["kafka"]["reached_end"], true, "{rep}");
+}
+
+#[test]
+fn kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_uncommitted() {
+    let b = Broker::start(WEIR, &[("in", 3), ("out", 3), ("dlq", 1)]);
+    let n = 3000;
+    let producer = trickle(
+        &b,
+        "in",
+        records(n, 3, |i| format!("v-{i}")),
+        40,
+        Duration::from_millis(75),
+    );
+    let s = scratch!();
+    let stages = stage("pass", PASSTHROUGH, &[]);
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(&b.bootstrap, "g-kill", &stages, "", ""),
+    );
+    // Killed during start-up, then twice mid-stream.
+    let mut floor: Vec<Option<i64>> = vec![None; 3];
+    for (i, after) in [100u64, 1200, 1200].into_iter().enumerate() {
+        let mut c = spawn_weir(&s, "p.yaml", &format!("run-{i}.log"));
+        std::thread::sleep(Duration::from_millis(after));
+        c.kill().expect("kill -9");
+        c.wait().expect("reaped");
+        let committed = b.committed("g-kill", "in", 3);
+        if floor.iter().all(Option::is_none) {
+            floor = committed;
+        }
+    }
+    producer.join().expect("producer");
+    assert!(
+        floor.iter().any(Option::is_some),
+        "something was committed before a kill"
+    );
+    drain_to_end(&b, &s, "g-kill", &stages);
+
+    let source = b.read("in");
+    let outs = b.read("out");
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &outs {
+        *seen.entry(r.value.as_str()).or_default() += 1;
+    }
+    for r in &source {
+        let copies = seen.get(r.value.as_str()).copied().unwrap_or(0);
+        assert!(copies >= 1, "lost {r:?}");
+        if copies > 1 {
+            // A duplicate can only come from the window that was not committed at the first kill.
+            let f = floor[r.partition as usize].unwrap_or(0);
+            assert!(
+                r.offset >= f,
+                "{r:?} duplicated below the committed offset {f}"
+            );
+        }
+    }
+    assert_eq!(source.len(), n);
+}
+
+fn share_partitions(assignor: &str) {
+    let b = Broker::start(WEIR, &[("in", 6), ("out", 6), ("dlq", 1)]);
+    let n = 6000;
+    // One key per source partition, so the output keeps each partition's order in one place.
+    let input: Vec<(i32, String, String)> = (0..n)
+        .map(|i| {
+            let p = (i % 6) as i32;
+            (p, format!("p{p}"), format!("{p}:{}", i / 6))
+        })
+        .collect();
+    let producer = trickle(&b, "in", input, 50, Duration::from_millis(80));
+    let s = scratch!();
+    let group = format!("g-share-{assignor}");
+    let stages = stage("pass", PASSTHROUGH, &[]);
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(
+            &b.bootstrap,
+            &group,
+            &stages,
+            &format!("    assignor: {assignor}"),
+            "",
+        ),
+    );
+    let a = spawn_weir(&s, "p.yaml", "a.log");
+    std::thread::sleep(Duration::from_millis(1000));
+    let bb = spawn_weir(&s, "p.yaml", "b.log");
+    std::thread::sleep(Duration::from_millis(1000));
+    let c = spawn_weir(&s, "p.yaml", "c.log");
+    std::thread::sleep(Duration::from_millis(1000));
+    sigterm(&bb);
+    wait_ok(bb, "b", &s, "b.log");
+    // Rapid rebalances: members that join and leave at once.
+    for name in ["d", "e", "f"] {
+        let log = format!("{name}.log");
+        let x = spawn_weir(&s, "p.yaml", &log);
+        std::thread::sleep(Duration::from_millis(300));
+        sigterm(&x);
+        wait_ok(x, name, &s, &log);
+    }
+    producer.join().expect("producer");
+    std::thread::sleep(Duration::from_millis(1500));
+    sigterm(&a);
+    sigterm(&c);
+    wait_ok(a, "a", &s, "a.log");
+    wait_ok(c, "c", &s, "c.log");
+    for log in ["a.log", "b.log", "c.log", "d.log", "e.log", "f.log"] {
+        let text = std::fs::read_to_string(s.path(log)).unwrap();
+        assert!(
+            !text.contains("commit failed"),
+            "{log} committed what it did not own:\n{text}"
+        );
+        assert!(!text.contains("completion refused"), "{log}:\n{text}");
+    }
+    drain_to_end(&b, &s, &group, &stages);
+
+    let outs = b.read("out");
+    let mut first_seen: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for r in &outs {
+        if seen.insert(r.value.clone()) {
+            let seq: usize = r.value.split(':').nth(1).unwrap().parse().unwrap();
+            first_seen.entry(r.key.clone()).or_default().push(seq);
+        }
+    }
+    assert_eq!(seen.len(), n, "every message came out");
+    for (k, seqs) in &first_seen {
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{k}: order broken");
+        assert_eq!(seqs.len(), n / 6);
+    }
+}
+
+#[test]
+fn processes_joining_and_leaving_one_group_share_partitions_without_loss_cooperative() {
+    share_partitions("cooperative");
+}
+
+#[test]
+fn processes_joining_and_leaving_one_group_share_partitions_without_loss_eager() {
+    share_partitions("eager");
+}
+
+fn scrape(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
+    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
+    (code, body)
+}
+
+fn gauge(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn a_slow_stage_pauses_the_partition_keeps_bytes_under_the_budget_and_resumes() {
+    let b = Broker::start(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let pad = "x".repeat(2000);
+    // `slow` spins 20 ms per message; the padding makes each ~2 KB.
+    let n = 120;
+    b.produce(
+        "in",
+        &records(n, 1, |i| {
+            if i % 2 == 0 {
+                "slow".into()
+            } else {
+                format!("{pad}{i}")
+            }
+        }),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let budget = 16 * 1024;
+    let s = scratch!();
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(
+            &b.bootstrap,
+            "g-slow",
+            &stage("slow", MISBEHAVE, &[]),
+            "    stop_at_end: true",
+            &format!("  max_in_flight: {budget}\n  metrics: 127.0.0.1:{port}\nbatch:\n  max_messages: 4\n"),
+        ),
+    );
+    let c = spawn_weir(&s, "p.yaml", "slow.log");
+    let mut max_bytes = 0.0f64;
+    let mut paused_seen = false;
+    let mut ready = false;
+    let mut last = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let (code, body) = scrape(port, "/metrics");
+            assert_eq!(code, 200);
+            max_bytes = max_bytes.max(gauge(&body, "weir_in_flight_bytes").unwrap_or(0.0));
+            paused_seen |= gauge(&body, "weir_paused_partitions").unwrap_or(0.0) >= 1.0;
+            ready |= scrape(port, "/readyz").0 == 200;
+            assert_eq!(scrape(port, "/healthz").0, 200);
+            last = body;
+            if last.contains("weir_stage_messages_total{outcome=\"keep\",stage=\"slow\"} 100") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_ok(c, "slow pipeline", &s, "slow.log");
+    assert!(paused_seen, "the partition was paused");
+    assert!(ready, "/readyz answered 200");
+    // One message may go over before the pause (2 KB + per-message overhead).
+    assert!(
+        max_bytes > 0.0 && max_bytes <= (budget + 2200) as f64,
+        "in flight {max_bytes}"
+    );
+    for name in [
+        "weir_stage_batch_seconds_bucket",
+        "weir_batch_messages_bucket",
+        "weir_consumed_messages_total",
+        "weir_committed_offset{partition=\"0\",topic=\"in\"}",
+        "weir_plugin_info{plugin=",
+        "weir_rebalances_total{kind=\"assign\"}",
+        "weir_commits_total{result=\"ok\"}",
+    ] {
+        assert!(last.contains(name), "{name} missing from:\n{last}");
+    }
+    assert_eq!(b.read("out").len(), n, "everything came out after resuming");
+}
+
+#[test]
+fn broker_down_at_start_and_mid_stream_gives_clear_errors_then_recovers_without_loss() {
+    let mut b = Broker::start(WEIR, &[("in", 2), ("out", 2), ("dlq", 1)]);
+    b.produce("in", &records(200, 2, |i| format!("a-{i}")));
+    b.set_up(false);
+    let s = scratch!();
+    let stages = stage("pass", PASSTHROUGH, &[]);
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(&b.bootstrap, "g-down", &stages, "", ""),
+    );
+    let c = spawn_weir(&s, "p.yaml", "down.log");
+    std::thread::sleep(Duration::from_millis(2500));
+    let log = std::fs::read_to_string(s.path("down.log")).unwrap();
+    assert!(
+        log.contains("Connection refused") || log.contains("Connect to"),
+        "a clear error:\n{log}"
+    );
+    b.set_up(true);
+    std::thread::sleep(Duration::from_millis(2500));
+    b.set_up(false);
+    std::thread::sleep(Duration::from_millis(1500));
+    b.set_up(true);
+    b.produce("in", &records(200, 2, |i| format!("b-{i}")));
+    std::thread::sleep(Duration::from_millis(2000));
+    sigterm(&c);
+    wait_ok(c, "weir through the outages", &s, "down.log");
+    drain_to_end(&b, &s, "g-down", &stages);
+    let values: BTreeSet<String> = b.read("out").into_iter().map(|r| r.value).collect();
+    for i in 0..200 {
+        assert!(values.contains(&format!("a-{i}")), "lost a-{i}");
+        assert!(values.contains(&format!("b-{i}")), "lost b-{i}");
+    }
+}

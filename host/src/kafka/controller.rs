@@ -18,6 +18,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Headers, Message as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::commit_queue::{CommitQueue, Confirmations};
 use super::output::KafkaProducer;
 use super::{Completion, PartitionKey, Settled};
 use crate::chain::Failure;
@@ -79,6 +80,8 @@ pub struct ControllerOptions {
     pub stop_at_end: bool,
     /// Longest the shutdown drain may take.
     pub drain_timeout: Duration,
+    /// A partition without a committed offset starts at its end.
+    pub start_latest: bool,
 }
 
 /// How the controller ended.
@@ -116,6 +119,8 @@ struct LaneState {
     committed: Option<i64>,
     /// End offset when assigned (for `stop_at_end` and lag).
     end: Option<i64>,
+    /// Where reading starts: the committed offset, else the reset point (for `stop_at_end`).
+    start: Option<i64>,
 }
 
 struct DriverSlot {
@@ -142,14 +147,14 @@ struct State {
     rebalances: u64,
     stale: u64,
     assigned_once: bool,
-    confirmed: Arc<Mutex<BTreeMap<String, i64>>>,
+    confirmed: Arc<Confirmations>,
 }
 
 /// The consumer's context: rebalance callbacks act on the controller state.
 pub struct WeirConsumerContext {
     state: Mutex<State>,
-    /// Confirmed commits (separate lock: commit callbacks may run inside a commit call).
-    confirmed: Arc<Mutex<BTreeMap<String, i64>>>,
+    /// Confirmed commits.
+    confirmed: Arc<Confirmations>,
     metrics: Arc<Metrics>,
 }
 
@@ -192,41 +197,6 @@ impl ConsumerContext for WeirConsumerContext {
             lock(&self.state).assign(consumer, &keys);
         }
     }
-
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => {
-                self.metrics.commits.with_label_values(&["ok"]).inc();
-                for e in offsets.elements() {
-                    if let Offset::Offset(o) = e.offset() {
-                        confirm(&self.confirmed, &self.metrics, e.topic(), e.partition(), o);
-                    }
-                }
-            }
-            Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                self.metrics.commits.with_label_values(&["error"]).inc();
-                tracing::warn!("offset commit failed: {e}");
-            }
-        }
-    }
-}
-
-/// Records a commit the broker confirmed (never moving backwards).
-fn confirm(
-    confirmed: &Mutex<BTreeMap<String, i64>>,
-    metrics: &Metrics,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-) {
-    metrics
-        .committed_offset
-        .with_label_values(&[topic, &partition.to_string()])
-        .set(offset);
-    let mut c = lock(confirmed);
-    let v = c.entry(format!("{topic}/{partition}")).or_insert(offset);
-    *v = (*v).max(offset);
 }
 
 fn keys_of(tpl: &TopicPartitionList) -> Vec<PartitionKey> {
@@ -438,10 +408,16 @@ impl State {
         }
     }
 
-    /// Commits every partition (or `only` these) whose watermark moved past its last commit;
-    /// a synchronous commit also re-commits the rest, so the broker confirms every offset.
-    fn commit(&mut self, consumer: &WeirConsumer, mode: CommitMode, only: Option<&[PartitionKey]>) {
-        let sync = matches!(mode, CommitMode::Sync);
+    /// Commits every partition (or `only` these) whose watermark moved past its last commit:
+    /// through `queue` (asynchronously), or synchronously, which also re-commits the rest so
+    /// the broker confirms every offset.
+    fn commit(
+        &mut self,
+        consumer: &WeirConsumer,
+        queue: Option<&CommitQueue>,
+        only: Option<&[PartitionKey]>,
+    ) {
+        let sync = queue.is_none();
         let mut tpl = TopicPartitionList::new();
         let mut issued = Vec::new();
         for (t, ps) in &self.lanes {
@@ -467,12 +443,18 @@ impl State {
         if issued.is_empty() {
             return;
         }
-        match consumer.commit(&tpl, mode) {
+        let result = match queue {
+            Some(q) => q.commit(&tpl),
+            None => consumer.commit(&tpl, CommitMode::Sync),
+        };
+        match result {
             Ok(()) => {
+                if sync {
+                    self.metrics.commits.with_label_values(&["ok"]).inc();
+                }
                 for (t, p, next) in issued {
                     if sync {
-                        self.metrics.commits.with_label_values(&["ok"]).inc();
-                        confirm(&self.confirmed, &self.metrics, &t, p, next);
+                        self.confirmed.confirm(&t, p, next);
                     }
                     if let Some(l) = self.lanes.get_mut(&t).and_then(|ps| ps.get_mut(&p)) {
                         l.committed = Some(next);
@@ -554,7 +536,7 @@ impl State {
         }
         self.settle();
         // 3. Commit while the partitions are still ours, then forget them.
-        self.commit(consumer, CommitMode::Sync, Some(keys));
+        self.commit(consumer, None, Some(keys));
         for k in keys {
             let removed = self
                 .lanes
@@ -617,6 +599,7 @@ impl State {
                     paused: self.budget_paused,
                     committed: None,
                     end: None,
+                    start: None,
                 },
             );
             if let Some(old) = old {
@@ -639,16 +622,25 @@ impl State {
         let mut positions: Option<TopicPartitionList> = None;
         for k in keys {
             let need_end = self.lane(&k).is_some_and(|l| l.end.is_none());
-            let mut low = None;
             if need_end {
-                match consumer.fetch_watermarks(&k.topic, k.partition, Duration::from_secs(2)) {
-                    Ok((lo, hi)) => {
-                        low = Some(lo);
-                        if let Some(l) = self.lane(&k) {
-                            l.end = Some(hi);
-                        }
-                    }
-                    Err(_) => return false,
+                let Ok((lo, hi)) =
+                    consumer.fetch_watermarks(&k.topic, k.partition, Duration::from_secs(2))
+                else {
+                    return false;
+                };
+                let committed = consumer
+                    .committed_offsets(tpl_of([&k]), Duration::from_secs(2))
+                    .ok()
+                    .and_then(
+                        |c| match c.find_partition(&k.topic, k.partition)?.offset() {
+                            Offset::Offset(o) => Some(o),
+                            _ => None,
+                        },
+                    );
+                let start = committed.unwrap_or(if self.opts.start_latest { hi } else { lo });
+                if let Some(l) = self.lane(&k) {
+                    l.end = Some(hi);
+                    l.start = Some(start);
                 }
             }
             let Some(lane) = self.lane(&k) else {
@@ -660,7 +652,7 @@ impl State {
             }
             let done = match &lane.watermark {
                 Some(w) => w.in_flight() == 0 && w.committable() >= end,
-                None if low == Some(end) => true,
+                None if lane.start.is_some_and(|s| s >= end) => true,
                 None => {
                     let pos = positions.get_or_insert_with(|| {
                         consumer
@@ -708,7 +700,7 @@ pub fn consumer(
     opts: ControllerOptions,
     metrics: Arc<Metrics>,
 ) -> KafkaResult<WeirConsumer> {
-    let confirmed = Arc::new(Mutex::new(BTreeMap::new()));
+    let confirmed = Confirmations::new(metrics.clone());
     let state = State {
         lanes: BTreeMap::new(),
         next_generation: 0,
@@ -762,6 +754,7 @@ impl Controller {
                 s.drivers.len(),
             )
         };
+        let queue = CommitQueue::new(consumer.client().native_ptr(), ctx.confirmed.clone());
         let mut last_commit = Instant::now();
         let mut last_end_check = Instant::now();
         loop {
@@ -772,7 +765,13 @@ impl Controller {
             let mut timeout = Duration::from_millis(10);
             for _ in 0..1024 {
                 match consumer.poll(timeout) {
-                    Some(Ok(m)) => lock(&ctx.state).dispatch(&m),
+                    Some(Ok(m)) => {
+                        let mut s = lock(&ctx.state);
+                        s.dispatch(&m);
+                        if s.in_flight > s.opts.max_in_flight {
+                            break; // pause before reading more
+                        }
+                    }
                     Some(Err(KafkaError::PartitionEOF(_))) => break,
                     Some(Err(e)) => {
                         tracing::warn!("consume: {e}");
@@ -796,11 +795,12 @@ impl Controller {
                     }
                 }
             }
+            queue.serve(0);
             let mut s = lock(&ctx.state);
             s.settle();
             s.flow(&consumer);
             if last_commit.elapsed() >= commit_every {
-                s.commit(&consumer, CommitMode::Async, None);
+                s.commit(&consumer, Some(&queue), None);
                 last_commit = Instant::now();
             }
             if s.assigned_once {
@@ -860,7 +860,7 @@ impl Controller {
         let mut out = {
             let mut s = lock(&ctx.state);
             s.settle();
-            s.commit(&consumer, CommitMode::Sync, None);
+            s.commit(&consumer, None, None);
             ControllerOutcome {
                 committed: BTreeMap::new(),
                 read: s.read,
@@ -872,9 +872,10 @@ impl Controller {
             }
         };
         // Leaving the group runs the revoke callback once more (nothing left to wait for).
+        drop(queue);
         consumer.unsubscribe();
         drop(consumer);
-        out.committed = lock(&ctx.confirmed).clone();
+        out.committed = ctx.confirmed.snapshot();
         out
     }
 }

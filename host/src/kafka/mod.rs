@@ -18,6 +18,7 @@
 //! partition gets a new generation; a completion from an older one is ignored.
 
 pub mod client;
+pub mod commit_queue;
 pub mod controller;
 pub mod driver;
 pub mod embedded;

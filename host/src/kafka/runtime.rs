@@ -152,6 +152,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         commit_interval: src.commit_interval,
         stop_at_end: src.stop_at_end,
         drain_timeout: cfg.runtime.drain_timeout,
+        start_latest: src.start == crate::config::StartFrom::Latest,
     };
     let consumer = controller::consumer(
         &super::client::consumer_config(src),
