@@ -42,6 +42,12 @@ impl Confirmations {
         *v = (*v).max(offset);
     }
 
+    /// The confirmed commit of one partition.
+    pub fn get(&self, topic: &str, partition: i32) -> Option<i64> {
+        let m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&format!("{topic}/{partition}")).copied()
+    }
+
     /// Everything confirmed so far.
     pub fn snapshot(&self) -> BTreeMap<String, i64> {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -119,25 +125,35 @@ unsafe extern "C" fn on_commit(
     if err == Err::RD_KAFKA_RESP_ERR__NO_OFFSET {
         return;
     }
-    if err != Err::RD_KAFKA_RESP_ERR_NO_ERROR {
-        sink.metrics.commits.with_label_values(&["error"]).inc();
-        tracing::warn!("offset commit failed: {}", RDKafkaErrorCode::from(err));
-        return;
-    }
-    sink.metrics.commits.with_label_values(&["ok"]).inc();
-    if offsets.is_null() {
-        return;
-    }
-    // SAFETY: librdkafka hands a valid list for the duration of the callback.
-    let list = unsafe { &*offsets };
-    for i in 0..list.cnt.max(0) as usize {
-        // SAFETY: `elems` holds `cnt` initialized elements.
-        let e = unsafe { &*list.elems.add(i) };
-        if e.err != Err::RD_KAFKA_RESP_ERR_NO_ERROR || e.offset < 0 || e.topic.is_null() {
-            continue;
+    let failed = err != Err::RD_KAFKA_RESP_ERR_NO_ERROR;
+    sink.metrics
+        .commits
+        .with_label_values(&[if failed { "error" } else { "ok" }])
+        .inc();
+    let mut refused = Vec::new();
+    if !offsets.is_null() {
+        // SAFETY: librdkafka hands a valid list for the duration of the callback.
+        let list = unsafe { &*offsets };
+        for i in 0..list.cnt.max(0) as usize {
+            // SAFETY: `elems` holds `cnt` initialized elements.
+            let e = unsafe { &*list.elems.add(i) };
+            if e.topic.is_null() {
+                continue;
+            }
+            // SAFETY: a non-null topic is a NUL-terminated string owned by the list.
+            let topic = unsafe { CStr::from_ptr(e.topic) }.to_string_lossy();
+            if failed || e.err != Err::RD_KAFKA_RESP_ERR_NO_ERROR || e.offset < 0 {
+                refused.push(format!("{topic}/{}@{}", e.partition, e.offset));
+            } else {
+                sink.confirm(&topic, e.partition, e.offset);
+            }
         }
-        // SAFETY: a non-null topic is a NUL-terminated string owned by the list.
-        let topic = unsafe { CStr::from_ptr(e.topic) }.to_string_lossy();
-        sink.confirm(&topic, e.partition, e.offset);
+    }
+    if failed || !refused.is_empty() {
+        tracing::warn!(
+            partitions = %refused.join(","),
+            "offset commit failed: {} (retried at the next tick)",
+            RDKafkaErrorCode::from(err)
+        );
     }
 }

@@ -115,8 +115,6 @@ struct LaneState {
     /// Messages read while the lane was full, in order.
     overflow: VecDeque<Envelope>,
     paused: bool,
-    /// Last commit issued (the next offset to read).
-    committed: Option<i64>,
     /// End offset when assigned (for `stop_at_end` and lag).
     end: Option<i64>,
     /// Where reading starts: the committed offset, else the reset point (for `stop_at_end`).
@@ -396,6 +394,9 @@ impl State {
             }
         }
         self.metrics.paused_partitions.set(paused as i64);
+        if !pause.is_empty() || !resume.is_empty() {
+            tracing::debug!(pause = %list(&pause), resume = %list(&resume), in_flight = self.in_flight, "flow control");
+        }
         if !pause.is_empty() {
             if let Err(e) = consumer.pause(&tpl_of(&pause)) {
                 tracing::warn!("pause failed: {e}");
@@ -418,6 +419,8 @@ impl State {
         only: Option<&[PartitionKey]>,
     ) {
         let sync = queue.is_none();
+        // Defence in depth: never commit for a partition this member does not own now.
+        let owned = consumer.assignment().ok();
         let mut tpl = TopicPartitionList::new();
         let mut issued = Vec::new();
         for (t, ps) in &self.lanes {
@@ -426,8 +429,16 @@ impl State {
                     continue;
                 }
                 let Some(w) = &lane.watermark else { continue };
+                if owned
+                    .as_ref()
+                    .is_some_and(|o| o.find_partition(t, *p).is_none())
+                {
+                    tracing::error!(topic = %t, partition = p, "refusing to commit: the partition is not assigned to this member");
+                    continue;
+                }
                 let next = w.committable();
-                if !sync && lane.committed.is_some_and(|c| c >= next) {
+                // Until the broker confirms an offset it is committed again at every tick.
+                if !sync && self.confirmed.get(t, *p).is_some_and(|c| c >= next) {
                     continue;
                 }
                 let _ = tpl.add_partition_offset(t, *p, Offset::Offset(next));
@@ -451,13 +462,8 @@ impl State {
             Ok(()) => {
                 if sync {
                     self.metrics.commits.with_label_values(&["ok"]).inc();
-                }
-                for (t, p, next) in issued {
-                    if sync {
+                    for (t, p, next) in issued {
                         self.confirmed.confirm(&t, p, next);
-                    }
-                    if let Some(l) = self.lanes.get_mut(&t).and_then(|ps| ps.get_mut(&p)) {
-                        l.committed = Some(next);
                     }
                 }
             }
@@ -597,7 +603,6 @@ impl State {
                     bytes: VecDeque::new(),
                     overflow: VecDeque::new(),
                     paused: self.budget_paused,
-                    committed: None,
                     end: None,
                     start: None,
                 },
@@ -607,6 +612,11 @@ impl State {
                 self.in_flight -= old.bytes.iter().map(|(_, b)| b).sum::<usize>();
                 self.drivers[old.driver].lanes -= 1;
             }
+        }
+        // A partition can come back still paused from an earlier assignment; start it afresh.
+        let fresh: Vec<&PartitionKey> = keys.iter().filter(|k| !pause.contains(k)).collect();
+        if !fresh.is_empty() {
+            let _ = consumer.resume(&tpl_of(fresh));
         }
         if !pause.is_empty() {
             let _ = consumer.pause(&tpl_of(&pause));
