@@ -77,6 +77,8 @@ pub struct KafkaReport {
     pub stale_completions: u64,
     /// The source was drained to its end (`stop_at_end`).
     pub reached_end: bool,
+    /// Milliseconds from the first message read until consuming stopped.
+    pub consuming_ms: f64,
 }
 
 impl RunReport {

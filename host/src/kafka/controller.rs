@@ -101,6 +101,9 @@ pub struct ControllerOutcome {
     pub rebalances: u64,
     /// Completions from older generations, ignored.
     pub stale: u64,
+    /// From the first message read until the loop ended (the source drained, a signal, a
+    /// failure): the time spent consuming.
+    pub consuming: Duration,
 }
 
 struct LaneState {
@@ -146,6 +149,8 @@ struct State {
     stale: u64,
     assigned_once: bool,
     confirmed: Arc<Confirmations>,
+    /// When the first message was read.
+    first_read: Option<Instant>,
 }
 
 /// The consumer's context: rebalance callbacks act on the controller state.
@@ -287,6 +292,7 @@ impl State {
         lane.bytes.push_back((offset, bytes));
         self.in_flight += bytes;
         self.read += 1;
+        self.first_read.get_or_insert_with(Instant::now);
         self.metrics.consumed.inc();
         if !lane.overflow.is_empty() {
             lane.overflow.push_back(env);
@@ -735,6 +741,7 @@ pub fn consumer(
         stale: 0,
         assigned_once: false,
         confirmed: confirmed.clone(),
+        first_read: None,
     };
     config.create_with_context(WeirConsumerContext {
         state: Mutex::new(state),
@@ -819,7 +826,7 @@ impl Controller {
             if failure.is_some() || s.error.is_some() || exited == n_drivers {
                 break;
             }
-            if stop_at_end && last_end_check.elapsed() >= Duration::from_millis(100) {
+            if stop_at_end && last_end_check.elapsed() >= Duration::from_millis(10) {
                 last_end_check = Instant::now();
                 if s.at_end(&consumer) {
                     tracing::info!("every partition is handled up to its end; stopping");
@@ -829,6 +836,9 @@ impl Controller {
             }
         }
 
+        let consuming = lock(&ctx.state)
+            .first_read
+            .map_or(Duration::ZERO, |t| t.elapsed());
         // Shutdown: stop fetching, drain drivers, wait for acknowledgements, final commit.
         let deadline = Instant::now() + drain_timeout;
         let drain = failure.is_none() && lock(&ctx.state).error.is_none();
@@ -879,6 +889,7 @@ impl Controller {
                 reached_end,
                 rebalances: s.rebalances,
                 stale: s.stale,
+                consuming,
             }
         };
         // Leaving the group runs the revoke callback once more (nothing left to wait for).

@@ -248,6 +248,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             rebalances: outcome.rebalances,
             stale_completions: outcome.stale,
             reached_end: outcome.reached_end,
+            consuming_ms: outcome.consuming.as_secs_f64() * 1e3,
         }),
     };
     if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {
