@@ -139,6 +139,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         slots.clone(),
         cfg.runtime.watch_plugins,
         reload_channel,
+        None,
     );
     let lane = source::lane(&cfg.source);
     let (tx, rx) = crossbeam_channel::bounded(cfg.batch.max_messages.saturating_mul(4).max(64));

@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 use notify::{RecursiveMode, Watcher};
 
 use crate::engine::{Plugin, StageInstance, StageSpec, WeirEngine};
+use crate::metrics::Metrics;
 
 /// The published plugin version of one stage, shared by every driver.
 pub struct StageSlot {
@@ -86,6 +87,7 @@ impl Reloader {
         slots: Vec<Arc<StageSlot>>,
         watch: bool,
         (tx, rx): (Sender<ReloadRequest>, Receiver<ReloadRequest>),
+        metrics: Option<Arc<Metrics>>,
     ) -> Self {
         let watcher = if watch {
             start_watcher(&slots, tx.clone())
@@ -99,7 +101,7 @@ impl Reloader {
         }
         let handle = std::thread::Builder::new()
             .name("weir-reload".into())
-            .spawn(move || reload_loop(&engine, &slots, &rx))
+            .spawn(move || reload_loop(&engine, &slots, &rx, metrics.as_deref()))
             .expect("spawning the reloader");
         Reloader {
             tx,
@@ -171,6 +173,7 @@ fn reload_loop(
     engine: &WeirEngine,
     slots: &[Arc<StageSlot>],
     rx: &Receiver<ReloadRequest>,
+    metrics: Option<&Metrics>,
 ) -> ReloadStats {
     let mut stats = ReloadStats::default();
     while let Ok(first) = rx.recv() {
@@ -184,14 +187,28 @@ fn reload_loop(
                 ReloadRequest::Path(p) => *p == canonical(&slot.path),
             });
             if wanted {
-                reload_one(engine, slot, &mut stats);
+                let result = reload_one(engine, slot, &mut stats);
+                if let Some(m) = metrics {
+                    let stage = &*slot.spec.name;
+                    m.reloads.with_label_values(&[stage, result]).inc();
+                    if result == "published" {
+                        m.plugin_info.reset();
+                        for s in slots {
+                            let (_, p) = s.current();
+                            m.plugin_info
+                                .with_label_values(&[&*s.spec.name, p.short_hash()])
+                                .set(1);
+                        }
+                    }
+                }
             }
         }
     }
     stats
 }
 
-fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) {
+/// One reload attempt; returns `published`, `refused` or `unchanged`.
+fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) -> &'static str {
     let stage = &*slot.spec.name;
     let (_, old) = slot.current();
     let plugin = match engine.load_plugin(stage, &slot.path) {
@@ -199,7 +216,7 @@ fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) {
         Err(e) => {
             stats.refused += 1;
             tracing::error!(stage, keeping = old.short_hash(), "reload refused: {e}");
-            return;
+            return "refused";
         }
     };
     if plugin.hash == old.hash {
@@ -209,14 +226,14 @@ fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) {
             version = old.short_hash(),
             "reload: plugin unchanged"
         );
-        return;
+        return "unchanged";
     }
     let plugin = Arc::new(plugin);
     // Prove it instantiates and accepts its config before any driver sees it.
     if let Err(e) = StageInstance::new(engine, slot.spec.clone(), plugin.clone()) {
         stats.refused += 1;
         tracing::error!(stage, keeping = old.short_hash(), "reload refused: {e}");
-        return;
+        return "refused";
     }
     stats.published += 1;
     tracing::info!(
@@ -228,4 +245,5 @@ fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) {
         "new plugin version published"
     );
     slot.publish(plugin);
+    "published"
 }

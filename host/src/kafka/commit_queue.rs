@@ -62,10 +62,13 @@ pub struct CommitQueue {
 }
 
 impl CommitQueue {
-    /// A queue on the consumer whose native handle is `rk`. The queue must be dropped
-    /// before the consumer.
-    pub fn new(rk: *mut rdkafka_sys::rd_kafka_t, sink: Arc<Confirmations>) -> Self {
-        // SAFETY: `rk` is a live consumer handle (the caller keeps the consumer alive
+    /// A queue on `consumer`. The queue must be dropped before the consumer.
+    pub fn new<C: rdkafka::consumer::ConsumerContext>(
+        consumer: &rdkafka::consumer::BaseConsumer<C>,
+        sink: Arc<Confirmations>,
+    ) -> Self {
+        let rk = rdkafka::consumer::Consumer::client(consumer).native_ptr();
+        // SAFETY: `rk` is the live consumer's handle (the caller keeps the consumer alive
         // longer than this queue).
         let queue = unsafe { rdkafka_sys::rd_kafka_queue_new(rk) };
         CommitQueue {

@@ -771,7 +771,7 @@ impl Controller {
                 s.drivers.len(),
             )
         };
-        let queue = CommitQueue::new(consumer.client().native_ptr(), ctx.confirmed.clone());
+        let queue = CommitQueue::new(&consumer, ctx.confirmed.clone());
         let mut last_commit = Instant::now();
         let mut last_end_check = Instant::now();
         loop {

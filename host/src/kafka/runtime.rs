@@ -31,13 +31,30 @@ fn producer(sink: &KafkaSink, delivered: Arc<Delivered>) -> Result<Arc<KafkaProd
         .map_err(|e| StartError::Kafka(format!("kafka producer for `{}`: {e}", sink.topic)))
 }
 
-/// A destination, and the counter of what reached it.
+/// A destination, and what reached it.
+struct Destination {
+    target: Target,
+    /// Broker acknowledgements (Kafka).
+    acked: Arc<Delivered>,
+    /// The line sink (local).
+    line: Option<Arc<Mutex<LineSink>>>,
+}
+
+impl Destination {
+    fn count(&self) -> u64 {
+        match &self.line {
+            Some(l) => l.lock().unwrap_or_else(|p| p.into_inner()).written,
+            None => self.acked.ok.load(Ordering::Relaxed),
+        }
+    }
+}
+
 fn target(
     cfg: Option<&SinkConfig>,
     producers: &mut Vec<Arc<KafkaProducer>>,
-) -> Result<(Target, Arc<Delivered>, Option<Arc<Mutex<LineSink>>>), StartError> {
+) -> Result<Destination, StartError> {
     let delivered = Arc::new(Delivered::default());
-    Ok(match cfg {
+    let (target, acked, line) = match cfg {
         Some(SinkConfig::Kafka(k)) => {
             let p = producer(k, delivered.clone())?;
             producers.push(p.clone());
@@ -58,6 +75,11 @@ fn target(
             let s = Arc::new(Mutex::new(LineSink::discard()));
             (Target::Line(s.clone()), delivered, Some(s))
         }
+    };
+    Ok(Destination {
+        target,
+        acked,
+        line,
     })
 }
 
@@ -110,13 +132,13 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     }
 
     let mut producers = Vec::new();
-    let (sink, sink_acked, sink_line) = target(Some(&cfg.sink), &mut producers)?;
-    let (rejects, dlq_acked, reject_line) = target(cfg.reject.as_ref(), &mut producers)?;
-    let dlq_is_kafka = matches!(rejects, Target::Kafka { .. });
+    let sink = target(Some(&cfg.sink), &mut producers)?;
+    let rejects = target(cfg.reject.as_ref(), &mut producers)?;
+    let dlq_is_kafka = matches!(rejects.target, Target::Kafka { .. });
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let outputs = Outputs {
-        sink,
-        rejects,
+        sink: sink.target.clone(),
+        rejects: rejects.target.clone(),
         done: done_tx,
     };
     let reloader = Reloader::start(
@@ -124,6 +146,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         slots.clone(),
         cfg.runtime.watch_plugins,
         reload_channel,
+        Some(metrics.clone()),
     );
 
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
@@ -208,16 +231,6 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         .collect();
     drop(signals);
     let reloads = reloader.finish();
-    for (stage, n) in [
-        ("published", reloads.published),
-        ("refused", reloads.refused),
-        ("unchanged", reloads.unchanged),
-    ] {
-        if n > 0 {
-            metrics.reloads.with_label_values(&["*", stage]).inc_by(n);
-        }
-    }
-
     let interrupted = stop.load(Ordering::Relaxed);
     let state = if outcome.failure.is_some() || outcome.error.is_some() {
         ExitState::Failed
@@ -226,18 +239,14 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     } else {
         ExitState::Completed
     };
-    let count = |acked: &Delivered, line: &Option<Arc<Mutex<LineSink>>>| match line {
-        Some(l) => l.lock().unwrap_or_else(|p| p.into_inner()).written,
-        None => acked.ok.load(Ordering::Relaxed),
-    };
     let report = RunReport {
         pipeline: cfg.name.clone(),
         state,
         duration_ms: started.elapsed().as_millis() as u64,
         read: outcome.read,
         malformed: 0,
-        written: count(&sink_acked, &sink_line),
-        rejected: count(&dlq_acked, &reject_line),
+        written: sink.count(),
+        rejected: rejects.count(),
         done_through_offset: None,
         stages: merge(per_driver),
         reloads,
