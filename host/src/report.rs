@@ -79,6 +79,8 @@ pub struct KafkaReport {
     pub reached_end: bool,
     /// Milliseconds from the first message read until consuming stopped.
     pub consuming_ms: f64,
+    /// Batches the drivers ran (messages read / batches = the mean batch size).
+    pub batches: u64,
 }
 
 impl RunReport {

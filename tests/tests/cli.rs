@@ -301,13 +301,11 @@ fn compiled_components_are_cached_and_a_broken_entry_is_recompiled() {
     assert!(stderr(&third).contains("compiled cache entry unusable"));
 }
 
-#[test]
-fn the_quickstart_example_runs_as_documented() {
-    let s = scratch!();
+/// An example pipeline with this build's components.
+fn example(name: &str) -> String {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let yaml = std::fs::read_to_string(format!("{root}/examples/quickstart.yaml")).unwrap();
-    // Same pipeline, with this build's components and this folder's outputs.
-    let yaml = yaml
+    std::fs::read_to_string(format!("{root}/examples/{name}"))
+        .unwrap()
         .replace(
             "../target/wasm32-wasip2/release/json_filter.wasm",
             plugins::JSON_FILTER,
@@ -320,10 +318,83 @@ fn the_quickstart_example_runs_as_documented() {
             "../target/wasm32-wasip2/release/router.wasm",
             plugins::ROUTER,
         )
-        .replace(
-            "path: orders.jsonl",
-            &format!("path: {root}/examples/orders.jsonl"),
+}
+
+#[test]
+fn the_kafka_quickstart_runs_on_the_embedded_broker_as_documented() {
+    let s = scratch!();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    s.write("quickstart-kafka.yaml", &example("quickstart-kafka.yaml"));
+    let seed = format!("orders={root}/examples/orders.jsonl");
+    let o = s.run(&[
+        "run",
+        "quickstart-kafka.yaml",
+        "--embedded-broker",
+        "--seed",
+        &seed,
+        "--dump",
+        "topics",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("read 8, written 4, rejected 2"),
+        "{}",
+        stderr(&o)
+    );
+    let eu = s.read_jsonl("topics/orders-eu.jsonl");
+    assert_eq!(eu.len(), 2);
+    let first: Value = serde_json::from_str(eu[0]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (first["customer"].as_str(), first["pipeline"].as_str()),
+        (Some("ADA"), Some("weir-quickstart"))
+    );
+    assert_eq!(s.read_jsonl("topics/orders-us.jsonl").len(), 1);
+    assert_eq!(s.read_jsonl("topics/orders-apac.jsonl").len(), 1);
+    let dlq = s.read_jsonl("topics/orders-dlq.jsonl");
+    assert_eq!(dlq.len(), 2);
+    for d in &dlq {
+        let headers = d["headers"].as_array().unwrap();
+        assert!(
+            headers
+                .iter()
+                .any(|h| h[0] == "weir.stage" && h[1] == "paid-only"),
+            "{d}"
         );
+    }
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(s.path("out/kafka/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["kafka"]["reached_end"], true);
+    let committed: i64 = report["kafka"]["committed"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_i64().unwrap())
+        .sum();
+    assert_eq!(committed, 8, "every offset committed: {report}");
+}
+
+#[test]
+fn the_external_kafka_example_checks() {
+    let s = scratch!();
+    s.write("kafka.yaml", &example("kafka.yaml"));
+    let o = s
+        .weir(&["check", "kafka.yaml"])
+        .env("WEIR_BROKERS", "localhost:9092")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn the_quickstart_example_runs_as_documented() {
+    let s = scratch!();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    // Same pipeline, with this build's components and this folder's outputs.
+    let yaml = example("quickstart.yaml").replace(
+        "path: orders.jsonl",
+        &format!("path: {root}/examples/orders.jsonl"),
+    );
     s.write("quickstart.yaml", &yaml);
     let o = s.run(&["run", "quickstart.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -462,4 +533,54 @@ fn weir_new_scaffolds_a_rust_stage_that_builds_tests_and_runs() {
     let o = s.run(&["run", "demo-stage/pipeline.yaml"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
+}
+
+#[test]
+fn kafka_config_mistakes_name_the_file_line_and_field() {
+    let s = scratch!();
+    let src = "source:\n  kafka:\n    brokers: localhost:9092\n    topics: [in]\n    group: g\n";
+    let sink = "sink:\n  discard: {}\n";
+    let cases = [
+        (
+            format!("{src}    comit_interval: 1s\n{sink}"),
+            "p.yaml:6: field `source.kafka.comit_interval`: unknown field",
+            "did you mean `commit_interval`?",
+        ),
+        (
+            format!("{src}    properties:\n      enable.auto.commit: true\n{sink}"),
+            "p.yaml:7: field `source.kafka.properties.enable.auto.commit`",
+            "set by Weir",
+        ),
+        (
+            format!("{src}    assignor: sticky\n{sink}"),
+            "field `source.kafka.assignor`",
+            "cooperative",
+        ),
+        (
+            "source:\n  jsonl: { path: in.jsonl }\nsink:\n  discard: {}\nruntime:\n  drivers: 2\n"
+                .to_owned(),
+            "p.yaml:6: field `runtime.drivers`",
+            "needs a Kafka source",
+        ),
+    ];
+    for (yaml, at, hint) in cases {
+        s.write("p.yaml", &yaml);
+        let o = s.run(&["check", "p.yaml"]);
+        assert_eq!(o.status.code(), Some(2), "{yaml}");
+        let e = stderr(&o);
+        assert!(e.contains(at) && e.contains(hint), "{yaml}\n{e}");
+    }
+    // A Kafka sink behind a local source is refused at start, with why.
+    s.write("in.jsonl", "{\"value\": \"x\"}\n");
+    s.write(
+        "p.yaml",
+        "source:\n  jsonl: { path: in.jsonl }\nsink:\n  kafka: { brokers: localhost:9092, topic: out }\n",
+    );
+    let o = s.run(&["run", "p.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("`sink: kafka` needs a Kafka source"),
+        "{}",
+        stderr(&o)
+    );
 }

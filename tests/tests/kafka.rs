@@ -529,6 +529,7 @@ fn a_slow_stage_pauses_the_partition_keeps_bytes_under_the_budget_and_resumes() 
         "weir_rebalances_total{kind=\"assign\"}",
         "weir_commits_total{result=\"ok\"}",
         "weir_plugin_reloads_total{result=\"unchanged\",stage=\"slow\"} 1",
+        "weir_produced_records_total{destination=\"sink\"}",
     ] {
         assert!(last.contains(name), "{name} missing from:\n{last}");
     }

@@ -385,7 +385,12 @@ impl State {
                         }
                     }
                 }
-                let want = self.budget_paused || !lane.overflow.is_empty();
+                // Pause when a second lane's worth waits behind a full lane; resume once it
+                // has drained (every pause makes librdkafka drop its prefetch, so not at once).
+                let cap = self.opts.lane_capacity;
+                let want = self.budget_paused
+                    || lane.overflow.len() >= cap
+                    || (lane.paused && !lane.overflow.is_empty());
                 let key = PartitionKey {
                     topic: t.clone(),
                     partition: *p,

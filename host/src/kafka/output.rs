@@ -32,6 +32,8 @@ pub struct Delivered {
 pub struct DeliveryContext {
     /// Counters.
     pub delivered: Arc<Delivered>,
+    /// `weir_produced_records_total` for this destination.
+    pub produced: prometheus::IntCounter,
 }
 
 impl ClientContext for DeliveryContext {
@@ -50,6 +52,7 @@ impl ProducerContext for DeliveryContext {
         match result {
             Ok(_) => {
                 self.delivered.ok.fetch_add(1, Ordering::Relaxed);
+                self.produced.inc();
                 ticket.settle(None);
             }
             Err((e, _)) => {

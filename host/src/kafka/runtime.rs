@@ -24,11 +24,21 @@ use crate::reload::Reloader;
 use crate::report::{ExitState, KafkaReport, RunReport, StageReport};
 use crate::sink::LineSink;
 
-fn producer(sink: &KafkaSink, delivered: Arc<Delivered>) -> Result<Arc<KafkaProducer>, StartError> {
+fn producer(
+    sink: &KafkaSink,
+    delivered: Arc<Delivered>,
+    produced: prometheus::IntCounter,
+) -> Result<Arc<KafkaProducer>, StartError> {
     let cfg = super::client::producer_config(sink);
-    KafkaProducer::from_config_and_context(&cfg, DeliveryContext { delivered })
-        .map(Arc::new)
-        .map_err(|e| StartError::Kafka(format!("kafka producer for `{}`: {e}", sink.topic)))
+    KafkaProducer::from_config_and_context(
+        &cfg,
+        DeliveryContext {
+            delivered,
+            produced,
+        },
+    )
+    .map(Arc::new)
+    .map_err(|e| StartError::Kafka(format!("kafka producer for `{}`: {e}", sink.topic)))
 }
 
 /// A destination, and what reached it.
@@ -52,11 +62,12 @@ impl Destination {
 fn target(
     cfg: Option<&SinkConfig>,
     producers: &mut Vec<Arc<KafkaProducer>>,
+    produced: prometheus::IntCounter,
 ) -> Result<Destination, StartError> {
     let delivered = Arc::new(Delivered::default());
     let (target, acked, line) = match cfg {
         Some(SinkConfig::Kafka(k)) => {
-            let p = producer(k, delivered.clone())?;
+            let p = producer(k, delivered.clone(), produced)?;
             producers.push(p.clone());
             (
                 Target::Kafka {
@@ -132,8 +143,9 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     }
 
     let mut producers = Vec::new();
-    let sink = target(Some(&cfg.sink), &mut producers)?;
-    let rejects = target(cfg.reject.as_ref(), &mut producers)?;
+    let produced = |d: &str| metrics.produced.with_label_values(&[d]);
+    let sink = target(Some(&cfg.sink), &mut producers, produced("sink"))?;
+    let rejects = target(cfg.reject.as_ref(), &mut producers, produced("dlq"))?;
     let dlq_is_kafka = matches!(rejects.target, Target::Kafka { .. });
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let outputs = Outputs {
@@ -258,6 +270,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             stale_completions: outcome.stale,
             reached_end: outcome.reached_end,
             consuming_ms: outcome.consuming.as_secs_f64() * 1e3,
+            batches: metrics.batch_size.get_sample_count(),
         }),
     };
     if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {
