@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -14,7 +16,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 /// A broker in its own process, killed on drop.
 pub struct Broker {
     child: Child,
-    stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     /// `bootstrap.servers`.
     pub bootstrap: String,
 }
@@ -37,7 +39,7 @@ impl Broker {
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("reading the bootstrap address");
-        let stdin = child.stdin.take().expect("stdin");
+        let stdin = child.stdin.take();
         assert!(line.contains(':'), "weir broker printed {line:?}");
         Broker {
             child,
@@ -46,10 +48,50 @@ impl Broker {
         }
     }
 
-    /// Takes the (single) broker down or up.
+    /// Starts tansu (an independent Kafka-compatible broker, `scripts/ensure-tansu`) on a free
+    /// loopback port with in-memory storage, and creates these topics through the admin API.
+    pub fn tansu(bin: &str, topics: &[(&str, i32)]) -> Broker {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(bin)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting tansu ({bin}): {e}"));
+        let b = Broker {
+            child,
+            stdin: None,
+            bootstrap: format!("127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let admin: AdminClient<DefaultClientContext> =
+            b.client().create().expect("admin client");
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
+            .collect();
+        let rt = futures_executor::block_on(admin.create_topics(&new, &AdminOptions::new()));
+        for r in rt.expect("create topics") {
+            r.expect("topic created");
+        }
+        b
+    }
+
+    /// Takes the (single) broker down or up (`weir broker` only).
     pub fn set_up(&mut self, up: bool) {
-        writeln!(self.stdin, "{} 1", if up { "up" } else { "down" }).expect("broker command");
-        self.stdin.flush().expect("broker command");
+        let stdin = self.stdin.as_mut().expect("a `weir broker`");
+        writeln!(stdin, "{} 1", if up { "up" } else { "down" }).expect("broker command");
+        stdin.flush().expect("broker command");
     }
 
     fn client(&self) -> ClientConfig {
@@ -264,3 +306,4 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) 
     }
     p.flush(Duration::from_secs(30)).expect("flush");
 }
+

@@ -38,6 +38,22 @@ fn high_watermarks(b: &Broker, topic: &str, parts: i32) -> Vec<i64> {
 #[test]
 fn every_message_comes_out_transformed_filtered_or_in_the_dlq_and_offsets_are_committed() {
     let b = Broker::start(WEIR, &[("in", 3), ("out", 3), ("dlq", 1)]);
+    end_to_end(&b);
+}
+
+/// The same pipeline against an independent Kafka implementation (tansu), so the suite does not
+/// only prove Weir against librdkafka's own mock. `scripts/test` installs tansu (cached) and
+/// sets `WEIR_TANSU_BIN`.
+#[test]
+fn an_independent_broker_tansu_carries_the_same_pipeline_end_to_end() {
+    let bin = std::env::var("WEIR_TANSU_BIN").expect(
+        "WEIR_TANSU_BIN is not set: run the tests with ./scripts/test (it installs tansu), or set it",
+    );
+    let b = Broker::tansu(&bin, &[("in", 3), ("out", 3), ("dlq", 1)]);
+    end_to_end(&b);
+}
+
+fn end_to_end(b: &Broker) {
     let n = 300;
     let input = records(n, 3, |i| {
         if i % 10 == 3 {
@@ -134,7 +150,7 @@ fn every_message_comes_out_transformed_filtered_or_in_the_dlq_and_offsets_are_co
     assert_eq!(f["rejected"], malformed.len());
     assert_eq!(rep["stages"][1]["input"], paid.len());
 
-    let ends = high_watermarks(&b, "in", 3);
+    let ends = high_watermarks(b, "in", 3);
     let committed = b.committed("g-e2e", "in", 3);
     assert_eq!(committed, ends.iter().map(|&e| Some(e)).collect::<Vec<_>>());
     for (p, e) in ends.iter().enumerate() {
