@@ -57,7 +57,13 @@ impl Broker {
             .port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(bin)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -74,8 +80,7 @@ impl Broker {
             assert!(Instant::now() < deadline, "tansu did not listen on {port}");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let admin: AdminClient<DefaultClientContext> =
-            b.client().create().expect("admin client");
+        let admin: AdminClient<DefaultClientContext> = b.client().create().expect("admin client");
         let new: Vec<NewTopic<'_>> = topics
             .iter()
             .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
@@ -306,4 +311,3 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) 
     }
     p.flush(Duration::from_secs(30)).expect("flush");
 }
-
