@@ -240,6 +240,17 @@ impl Chain {
         self.stages.is_empty()
     }
 
+    /// Per stage, in chain order: name, outcome counts, sandbox events (borrowed: cheap
+    /// enough to read after every batch).
+    pub fn counts(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&str, &StageCounts, &crate::engine::SandboxStats)> + '_
+    {
+        self.stages
+            .iter()
+            .map(|s| (&*s.slot.spec.name, &s.counts, &s.instance.stats))
+    }
+
     /// Per-stage counts and sandbox events, in chain order.
     pub fn stats(&self) -> Vec<StageStats> {
         self.stages

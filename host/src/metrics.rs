@@ -189,35 +189,44 @@ impl Metrics {
     }
 
     /// Adds one driver's stage counts since the last call (`last` holds the previous values).
-    pub fn add_stage_counts(&self, stats: &[crate::chain::StageStats], last: &mut Vec<[u64; 7]>) {
-        last.resize(stats.len(), [0; 7]);
-        for (s, prev) in stats.iter().zip(last.iter_mut()) {
-            let c = &s.counts;
+    pub fn add_stage_counts<'a>(
+        &self,
+        stages: impl ExactSizeIterator<
+            Item = (
+                &'a str,
+                &'a crate::chain::StageCounts,
+                &'a crate::engine::SandboxStats,
+            ),
+        >,
+        last: &mut Vec<[u64; 7]>,
+    ) {
+        last.resize(stages.len(), [0; 7]);
+        for ((name, c, sandbox), prev) in stages.zip(last.iter_mut()) {
             let now = [
                 c.keep,
                 c.next,
                 c.dropped,
                 c.rejected,
                 c.failed,
-                s.sandbox.traps,
-                s.sandbox.timeouts,
+                sandbox.traps,
+                sandbox.timeouts,
             ];
-            let names = ["keep", "next", "dropped", "reject", "fail"];
-            for (i, name) in names.iter().enumerate() {
+            let outcomes = ["keep", "next", "dropped", "reject", "fail"];
+            for (i, outcome) in outcomes.iter().enumerate() {
                 if now[i] > prev[i] {
                     self.stage_messages
-                        .with_label_values(&[&*s.name, *name])
+                        .with_label_values(&[name, *outcome])
                         .inc_by(now[i] - prev[i]);
                 }
             }
             if now[5] > prev[5] {
                 self.stage_traps
-                    .with_label_values(&[&*s.name])
+                    .with_label_values(&[name])
                     .inc_by(now[5] - prev[5]);
             }
             if now[6] > prev[6] {
                 self.stage_timeouts
-                    .with_label_values(&[&*s.name])
+                    .with_label_values(&[name])
                     .inc_by(now[6] - prev[6]);
             }
             *prev = now;

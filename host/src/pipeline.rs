@@ -100,6 +100,64 @@ pub fn prepare(cfg: &PipelineConfig) -> Result<Prepared, StartError> {
     })
 }
 
+/// What every run starts with.
+pub(crate) struct Started {
+    /// When the run started.
+    pub started: Instant,
+    /// Set by SIGINT/SIGTERM.
+    pub stop: Arc<AtomicBool>,
+    /// Reload requests (SIGHUP sends on it; the reloader serves it).
+    pub reload_channel: (
+        crossbeam_channel::Sender<ReloadRequest>,
+        Receiver<ReloadRequest>,
+    ),
+    /// The signal thread, closed on drop.
+    pub signals: SignalGuard,
+    /// Engine, slots and the first chain.
+    pub prepared: Prepared,
+}
+
+/// Installs the signal handlers first (a SIGHUP or SIGTERM during start-up must not kill the
+/// process), then loads and instantiates the chain.
+pub(crate) fn start(cfg: &PipelineConfig) -> Result<Started, StartError> {
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reload_channel = crossbeam_channel::unbounded();
+    let signals = start_signals(stop.clone(), reload_channel.0.clone())?;
+    let prepared = prepare(cfg)?;
+    Ok(Started {
+        started,
+        stop,
+        reload_channel,
+        signals,
+        prepared,
+    })
+}
+
+/// Waits for `handle` to finish. Once `stop` is set it gets `limit`; past that the process
+/// exits 1, logging `why`.
+pub(crate) fn wait_bounded<T>(
+    handle: &std::thread::JoinHandle<T>,
+    stop: &AtomicBool,
+    limit: Duration,
+    why: &str,
+) {
+    let mut stop_seen: Option<Instant> = None;
+    while !handle.is_finished() {
+        std::thread::sleep(Duration::from_millis(5));
+        if stop.load(Ordering::Relaxed) {
+            let t = *stop_seen.get_or_insert_with(Instant::now);
+            if t.elapsed() > limit {
+                tracing::error!(
+                    "did not stop within {}; {why}",
+                    humantime::format_duration(limit)
+                );
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
 /// Options that are not in the YAML.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -119,16 +177,17 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             )));
         }
     }
-    let started = Instant::now();
-    // Signals first: a SIGHUP or SIGTERM during start-up must not kill the process.
-    let stop = Arc::new(AtomicBool::new(false));
-    let reload_channel = crossbeam_channel::unbounded();
-    let signals = start_signals(stop.clone(), reload_channel.0.clone())?;
-    let Prepared {
-        engine,
-        slots,
-        chain,
-    } = prepare(cfg)?;
+    let Started {
+        started,
+        stop,
+        reload_channel,
+        signals,
+        prepared: Prepared {
+            engine,
+            slots,
+            chain,
+        },
+    } = start(cfg)?;
     let mut sink = LineSink::open(&cfg.sink)?;
     let mut rejects = match &cfg.reject {
         Some(r) => LineSink::open(r)?,
@@ -178,18 +237,12 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         .expect("spawning the driver");
 
     // Wait for the driver; after a stop signal, give the drain `drain_timeout`.
-    let deadline = cfg.runtime.drain_timeout;
-    let mut stop_seen: Option<Instant> = None;
-    while !driver.is_finished() {
-        std::thread::sleep(Duration::from_millis(5));
-        if stop.load(Ordering::Relaxed) {
-            let t = *stop_seen.get_or_insert_with(Instant::now);
-            if t.elapsed() > deadline {
-                tracing::error!("drain did not finish within {}; stopping anyway (nothing past the last handled message counts as done)", humantime::format_duration(deadline));
-                std::process::exit(1);
-            }
-        }
-    }
+    wait_bounded(
+        &driver,
+        &stop,
+        cfg.runtime.drain_timeout,
+        "stopping anyway (nothing past the last handled message counts as done)",
+    );
     let DriverOutcome {
         result,
         flushed,

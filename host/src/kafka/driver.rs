@@ -234,16 +234,14 @@ impl Driver {
         l.last_processed = offsets.last().copied();
         let m = &self.s.metrics;
         m.batch_size.observe(offsets.len() as f64);
-        let stats = self.s.chain.stats();
-        for (st, t) in stats.iter().zip(self.s.chain.timings()) {
-            if t.is_zero() {
-                continue;
+        for ((name, _, _), t) in self.s.chain.counts().zip(self.s.chain.timings()) {
+            if !t.is_zero() {
+                m.stage_seconds
+                    .with_label_values(&[name])
+                    .observe(t.as_secs_f64());
             }
-            m.stage_seconds
-                .with_label_values(&[&st.name])
-                .observe(t.as_secs_f64());
         }
-        m.add_stage_counts(&stats, &mut self.last_counts);
+        m.add_stage_counts(self.s.chain.counts(), &mut self.last_counts);
         if let Some(f) = out.failure {
             tracing::error!(stage = %f.stage, key = %l.key, offset = f.offset, "stage failed: {}; stopping", f.reason);
             let _ = self.s.events.send(DriverEvent::Failed(f));

@@ -9,11 +9,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
+use rdkafka::message::Message as _;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::message::{Header, Message};
+use super::record::{headers_of, message_of};
+use crate::message::Message;
 
 /// A running mock cluster.
 pub struct EmbeddedBroker {
@@ -116,14 +117,7 @@ impl EmbeddedBroker {
             if let Some(ts) = msg.timestamp {
                 rec = rec.timestamp(ts);
             }
-            if !msg.headers.is_empty() {
-                let mut h = rdkafka::message::OwnedHeaders::new_with_capacity(msg.headers.len());
-                for x in &msg.headers {
-                    h = h.insert(rdkafka::message::Header {
-                        key: &x.key,
-                        value: x.value.as_deref(),
-                    });
-                }
+            if let Some(h) = headers_of(&msg) {
                 rec = rec.headers(h);
             }
             loop {
@@ -180,7 +174,7 @@ impl EmbeddedBroker {
                     if ends.get(&m.partition()).is_some_and(|&e| m.offset() >= e) {
                         ends.remove(&m.partition());
                     }
-                    out.push((m.partition(), m.offset(), owned(&m)));
+                    out.push((m.partition(), m.offset(), message_of(&m)));
                 }
                 Some(Err(e)) => return Err(err(e)),
                 None => {}
@@ -200,23 +194,6 @@ impl EmbeddedBroker {
             .fetch_metadata(None, Duration::from_secs(5))
             .map_err(err)?;
         Ok(meta.topics().iter().map(|t| t.name().to_owned()).collect())
-    }
-}
-
-fn owned(m: &rdkafka::message::BorrowedMessage<'_>) -> Message {
-    Message {
-        key: m.key().map(<[u8]>::to_vec),
-        value: m.payload().map(<[u8]>::to_vec),
-        headers: m.headers().map_or_else(Vec::new, |hs| {
-            hs.iter()
-                .map(|h| Header {
-                    key: h.key.to_owned(),
-                    value: h.value.map(<[u8]>::to_vec),
-                })
-                .collect()
-        }),
-        timestamp: m.timestamp().to_millis(),
-        topic: None,
     }
 }
 

@@ -23,6 +23,7 @@ pub mod controller;
 pub mod driver;
 pub mod embedded;
 pub mod output;
+pub mod record;
 pub mod runtime;
 
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use rdkafka::message::{Header as KHeader, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
+use super::record::headers_of;
 use super::{Completion, PartitionKey, Settled};
 use crate::chain::{ChainOutput, Rejected};
 use crate::message::{Envelope, Lane, Message};
@@ -24,8 +25,6 @@ pub type KafkaProducer = ThreadedProducer<DeliveryContext>;
 pub struct Delivered {
     /// Records acknowledged.
     pub ok: AtomicU64,
-    /// Records the producer gave up on.
-    pub failed: AtomicU64,
 }
 
 /// Settles tickets from librdkafka's delivery reports.
@@ -56,7 +55,6 @@ impl ProducerContext for DeliveryContext {
                 ticket.settle(None);
             }
             Err((e, _)) => {
-                self.delivered.failed.fetch_add(1, Ordering::Relaxed);
                 ticket.settle(Some(format!("delivery failed: {e}")));
             }
         }
@@ -237,20 +235,6 @@ impl Outputs {
         }
         Ok(())
     }
-}
-
-fn headers_of(msg: &Message) -> Option<OwnedHeaders> {
-    if msg.headers.is_empty() {
-        return None;
-    }
-    let mut h = OwnedHeaders::new_with_capacity(msg.headers.len());
-    for x in &msg.headers {
-        h = h.insert(KHeader {
-            key: &x.key,
-            value: x.value.as_deref(),
-        });
-    }
-    Some(h)
 }
 
 /// The original headers plus why, where and by which plugin version it was rejected.

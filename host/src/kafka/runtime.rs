@@ -6,9 +6,9 @@
 //! synchronous commit of what is done → the consumer leaves the group → the exit report.
 //! Whatever was not acknowledged by then is not committed and replays on restart.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::Consumer;
@@ -19,7 +19,7 @@ use super::output::{Delivered, DeliveryContext, KafkaProducer, Outputs, Target};
 use crate::chain::{Chain, StageStats};
 use crate::config::{KafkaSink, PipelineConfig, SinkConfig, SourceConfig};
 use crate::metrics::Metrics;
-use crate::pipeline::{prepare, start_signals, Prepared, RunOptions, StartError};
+use crate::pipeline::{start, wait_bounded, Prepared, RunOptions, StartError, Started};
 use crate::reload::Reloader;
 use crate::report::{ExitState, KafkaReport, RunReport, StageReport};
 use crate::sink::LineSink;
@@ -117,15 +117,17 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     let SourceConfig::Kafka(src) = &cfg.source else {
         unreachable!("the Kafka runtime runs Kafka sources")
     };
-    let started = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let reload_channel = crossbeam_channel::unbounded();
-    let signals = start_signals(stop.clone(), reload_channel.0.clone())?;
-    let Prepared {
-        engine,
-        slots,
-        chain,
-    } = prepare(cfg)?;
+    let Started {
+        started,
+        stop,
+        reload_channel,
+        signals,
+        prepared: Prepared {
+            engine,
+            slots,
+            chain,
+        },
+    } = start(cfg)?;
     let mut chains = vec![chain];
     for _ in 1..cfg.runtime.drivers {
         chains.push(Chain::new(&engine, &slots)?);
@@ -222,20 +224,12 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         })
         .expect("spawning the controller");
     // The controller bounds its own drain; this is the backstop if librdkafka hangs.
-    let backstop = cfg.runtime.drain_timeout + Duration::from_secs(10);
-    let mut stop_seen: Option<Instant> = None;
-    while !ctl.is_finished() {
-        std::thread::sleep(Duration::from_millis(5));
-        if stop.load(Ordering::Relaxed) {
-            let t = *stop_seen.get_or_insert_with(Instant::now);
-            if t.elapsed() > backstop {
-                tracing::error!(
-                    "shutdown did not finish; exiting (nothing uncommitted is lost: it replays)"
-                );
-                std::process::exit(1);
-            }
-        }
-    }
+    wait_bounded(
+        &ctl,
+        &stop,
+        cfg.runtime.drain_timeout + Duration::from_secs(10),
+        "exiting (nothing uncommitted is lost: it replays)",
+    );
     let outcome = ctl.join().expect("controller thread panicked");
     let per_driver: Vec<Vec<StageStats>> = drivers
         .into_iter()

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::message::{BorrowedMessage, Headers, Message as _};
+use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{list, tpl_of, ControllerOptions, DriverControl, WeirConsumer};
 use crate::kafka::commit_queue::{CommitQueue, Confirmations};
 use crate::kafka::output::KafkaProducer;
 use crate::kafka::{Completion, PartitionKey, Settled};
-use crate::message::{Envelope, Header, Message};
+use crate::message::Envelope;
 use crate::metrics::Metrics;
 use crate::watermark::Watermark;
 
@@ -65,25 +65,6 @@ pub(super) struct State {
     pub(super) first_read: Option<Instant>,
 }
 
-/// The message as the chain sees it.
-pub(super) fn to_message(m: &BorrowedMessage<'_>) -> Message {
-    let headers = m.headers().map_or_else(Vec::new, |hs| {
-        hs.iter()
-            .map(|h| Header {
-                key: h.key.to_owned(),
-                value: h.value.map(<[u8]>::to_vec),
-            })
-            .collect()
-    });
-    Message {
-        key: m.key().map(<[u8]>::to_vec),
-        value: m.payload().map(<[u8]>::to_vec),
-        headers,
-        timestamp: m.timestamp().to_millis(),
-        topic: None,
-    }
-}
-
 /// Fixed cost counted per message on top of its payload.
 pub(super) const MESSAGE_OVERHEAD: usize = 96;
 
@@ -131,7 +112,7 @@ impl State {
         }
         let env = Envelope {
             offset,
-            msg: to_message(m),
+            msg: crate::kafka::record::message_of(m),
         };
         let bytes = env.msg.byte_len() + MESSAGE_OVERHEAD;
         lane.bytes.push_back((offset, bytes));
