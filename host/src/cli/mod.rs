@@ -5,6 +5,7 @@
 
 mod broker;
 mod check;
+pub mod component;
 mod inspect;
 mod new;
 mod run;
@@ -54,6 +55,8 @@ enum Command {
     Broker(broker::BrokerArgs),
     /// Scaffold a stage project (source, build script, sample input, pipeline) for `weir test`.
     New(new::NewArgs),
+    /// Build steps for non-Rust SDKs: the contract's WIT, C bindings, core module → component.
+    Component(component::ComponentArgs),
 }
 
 /// Exit code: the pipeline failed.
@@ -79,6 +82,7 @@ pub fn main() -> ExitCode {
         Command::Inspect { plugin } => inspect::inspect(&plugin),
         Command::New(args) => new::new(&args),
         Command::Broker(args) => broker::broker(&args),
+        Command::Component(args) => component::component(&args),
         Command::Schema => {
             print!("{}", crate::config::schema());
             ExitCode::SUCCESS

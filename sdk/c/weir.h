@@ -1,0 +1,147 @@
+/*
+ * weir.h — write a Weir stage in C.
+ *
+ * Define one function, `weir_process`, over a message and return an outcome; optionally define
+ * `weir_init` to read the stage's `config` from the pipeline YAML. This SDK supplies the rest:
+ * both exports of the `stage-fast` world (the typed per-message `stage` and the packed `batch`
+ * fast path, which the host prefers), input decoding, output encoding and memory ownership.
+ *
+ *     #include "weir.h"
+ *
+ *     static const char *field;
+ *
+ *     const char *weir_init(const weir_config *config) {
+ *         field = weir_config_get(config, "field");
+ *         return field ? NULL : "`field` is required";
+ *     }
+ *
+ *     weir_outcome weir_process(const weir_message *msg) {
+ *         if (!msg->value.ptr) return weir_reject("no value");
+ *         weir_out *out = weir_emit_copy(msg);
+ *         weir_out_header(out, "seen-by", "c", 1);
+ *         return weir_next();
+ *     }
+ *
+ * Build with `sdk/c/weir-build-c stage.c -o stage.wasm` (see docs/languages/c.md).
+ *
+ * Lifetimes: everything a `weir_message` points at, and every `weir_out`, is valid only during
+ * the `weir_process` call it was given to. Strings from `weir_config_get` live for the
+ * instance's lifetime. Running out of memory traps the instance; the host contains it.
+ */
+#ifndef WEIR_H
+#define WEIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** A byte string; `ptr == NULL` means absent (a Kafka null), `len == 0` with a pointer is empty. */
+typedef struct weir_bytes {
+    const uint8_t *ptr;
+    size_t len;
+} weir_bytes;
+
+/** One header: the key is UTF-8 (not NUL-terminated); the value may be absent. */
+typedef struct weir_header {
+    weir_bytes key;
+    weir_bytes value;
+} weir_header;
+
+/** An input message and where it came from. */
+typedef struct weir_message {
+    weir_bytes key;
+    weir_bytes value;
+    const weir_header *headers;
+    size_t header_count;
+    /** Milliseconds since the Unix epoch, when `has_timestamp`. */
+    bool has_timestamp;
+    int64_t timestamp;
+    /** Source topic (UTF-8), partition and offset. */
+    weir_bytes topic;
+    int32_t partition;
+    int64_t offset;
+} weir_message;
+
+/** What becomes of the input. */
+typedef enum weir_verdict {
+    WEIR_KEEP = 0,   /**< continues unchanged (nothing copied back: the cheapest answer) */
+    WEIR_NEXT = 1,   /**< the messages emitted during this call continue instead (none: filtered) */
+    WEIR_REJECT = 2, /**< goes to the reject path / dead-letter queue with a reason */
+    WEIR_FAIL = 3,   /**< the pipeline stops; nothing at or after this message is committed */
+} weir_verdict;
+
+/** A stage's answer; build it with the functions below. */
+typedef struct weir_outcome {
+    weir_verdict verdict;
+} weir_outcome;
+
+/** The stage's `config` map from the YAML (values rendered as text). */
+typedef struct weir_config weir_config;
+
+/** The value of `key` (NUL-terminated), or NULL when the YAML does not set it. */
+const char *weir_config_get(const weir_config *config, const char *key);
+/** Number of config entries, and the i-th key and value (for iterating). */
+size_t weir_config_len(const weir_config *config);
+const char *weir_config_key(const weir_config *config, size_t i);
+const char *weir_config_value(const weir_config *config, size_t i);
+
+/* ---- Defined by the stage author ---------------------------------------------------------- */
+
+/**
+ * Called once per instance before any message. Return NULL when ready, or an error text: the
+ * pipeline then stops at start-up, naming the stage. Optional: the default accepts any config.
+ */
+const char *weir_init(const weir_config *config);
+
+/** Decides one message. Required. */
+weir_outcome weir_process(const weir_message *msg);
+
+/* ---- Outcomes ----------------------------------------------------------------------------- */
+
+weir_outcome weir_keep(void);
+/** `next` with no message: the input is filtered out. */
+weir_outcome weir_drop(void);
+/** `next` with the messages emitted by `weir_emit`/`weir_emit_copy` during this call. */
+weir_outcome weir_next(void);
+/** Reject / fail with a printf-style reason. */
+weir_outcome weir_reject(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+weir_outcome weir_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- Emitting messages (for weir_next) ----------------------------------------------------- */
+
+typedef struct weir_out weir_out;
+
+/** A new, empty output message (no key, no value, no headers, no timestamp). */
+weir_out *weir_emit(void);
+/** A new output message copying the input's key, value, headers and timestamp. */
+weir_out *weir_emit_copy(const weir_message *msg);
+/** Set the key / value (the bytes are copied; `ptr == NULL` makes it absent). */
+void weir_out_key(weir_out *out, const void *ptr, size_t len);
+void weir_out_value(weir_out *out, const void *ptr, size_t len);
+/** Append a header (key NUL-terminated; `value == NULL` is an absent value). */
+void weir_out_header(weir_out *out, const char *key, const void *value, size_t len);
+/** Route to this topic instead of the sink's default (NULL: the default). */
+void weir_out_topic(weir_out *out, const char *topic);
+void weir_out_timestamp(weir_out *out, int64_t millis);
+
+/* ---- Logging into the host's logs, tagged with the stage's name --------------------------- */
+
+typedef enum weir_level {
+    WEIR_TRACE = 0,
+    WEIR_DEBUG = 1,
+    WEIR_INFO = 2,
+    WEIR_WARN = 3,
+    WEIR_ERROR = 4,
+} weir_level;
+
+void weir_log(weir_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEIR_H */
