@@ -13,6 +13,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("MISBEHAVE", "misbehave", "misbehave.wasm"),
     ("TYPED_ONLY", "typed-only", "typed_only.wasm"),
     ("WRONG_WORLD", "wrong-world", "wrong-world.wasm"),
+    ("ORDERS_RUST", "orders-rust", "orders_rust.wasm"),
 ];
 
 fn main() {

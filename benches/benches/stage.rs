@@ -62,6 +62,7 @@ fn spec(contract: ContractChoice, config: &[(&str, &str)]) -> Arc<StageSpec> {
         max_output: 4 << 20,
         on_trap: TrapPolicy::Reject,
         contract,
+        grants: Default::default(),
     })
 }
 

@@ -78,6 +78,7 @@ pub fn test(args: &TestArgs) -> ExitCode {
         } else {
             ContractChoice::Auto
         },
+        grants: Default::default(),
     });
     let mut inst = match StageInstance::new(&engine, spec, plugin) {
         Ok(i) => i,

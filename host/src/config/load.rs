@@ -36,7 +36,30 @@ pub fn load(path: &Path) -> Result<PipelineConfig, ConfigError> {
     let mut cfg = load_str(path, &text, &|k| std::env::var(k).ok())?;
     let base = path.parent().unwrap_or(Path::new("."));
     resolve_paths(&mut cfg, base);
+    check_granted_dirs(&cfg, &text).map_err(|(line, message)| ConfigError::Invalid {
+        path: path.to_owned(),
+        line,
+        message,
+    })?;
     Ok(cfg)
+}
+
+/// Granted folders must exist (checked once paths are resolved against the YAML's folder).
+fn check_granted_dirs(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
+    for (i, s) in cfg.stages.iter().enumerate() {
+        for (j, d) in s.allow.dirs.iter().enumerate() {
+            if !d.host.is_dir() {
+                return Err((
+                    line_of(text, "host:"),
+                    format!(
+                        "field `stages[{i}].allow.dirs[{j}].host`: {} is not a folder",
+                        d.host.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses pipeline YAML `text` (named `path` in errors), with `env` for `${VAR}`.
@@ -168,6 +191,17 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
                 ),
             ));
         }
+        for (j, d) in s.allow.dirs.iter().enumerate() {
+            if !d.guest.starts_with('/') {
+                return Err((
+                    line_of(text, "guest:"),
+                    format!(
+                        "field `stages[{i}].allow.dirs[{j}].guest`: {:?} must be an absolute path such as /data",
+                        d.guest
+                    ),
+                ));
+            }
+        }
         if s.limits.timeout.is_zero() {
             return Err((
                 line_of(text, "timeout:"),
@@ -239,6 +273,9 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
     }
     for s in &mut cfg.stages {
         fix(&mut s.plugin);
+        for d in &mut s.allow.dirs {
+            fix(&mut d.host);
+        }
     }
     if let Some(d) = &mut cfg.runtime.cache_dir {
         fix(d);

@@ -177,6 +177,39 @@ pub struct StageConfig {
     /// Which contract to call: `auto` uses the packed batch path when the component exports it.
     #[serde(default)]
     pub contract: ContractChoice,
+    /// What the sandbox grants beyond computing: nothing unless listed here.
+    #[serde(default)]
+    pub allow: Grants,
+}
+
+/// Capabilities a stage is granted. By default a stage sees no files, no environment variables
+/// and no network, whatever language it was written in (WASI is linked so components load).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Grants {
+    /// Environment variables passed through by name (their values are read when the stage
+    /// starts; a name the host does not have is simply absent).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Host folders the stage may open, each at a path of its own choosing.
+    #[serde(default)]
+    pub dirs: Vec<DirGrant>,
+    /// Outbound TCP and UDP sockets and DNS lookups.
+    #[serde(default)]
+    pub network: bool,
+}
+
+/// One host folder made visible to a stage.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// The host folder (relative to the YAML file); it must exist.
+    pub host: PathBuf,
+    /// Where the stage sees it (e.g. `/data`).
+    pub guest: String,
+    /// Whether the stage may create, change and delete files in it (default: read-only).
+    #[serde(default)]
+    pub write: bool,
 }
 
 /// Per-stage sandbox limits.

@@ -8,7 +8,7 @@ use wasmtime::{Store, Trap};
 
 use super::bindings::{BatchGuest, StageGuest, WitHeader, WitMessage, WitMetadata, WitOutcome};
 use super::{Plugin, StageState, WeirEngine, EPOCH_TICK};
-use crate::config::{ContractChoice, StageConfig, TrapPolicy};
+use crate::config::{ContractChoice, Grants, StageConfig, TrapPolicy};
 use crate::message::{Envelope, Header, Lane, Message};
 
 /// The parts of a stage's YAML an instance needs.
@@ -28,6 +28,8 @@ pub struct StageSpec {
     pub on_trap: TrapPolicy,
     /// Which contract to call.
     pub contract: ContractChoice,
+    /// Files, environment and network the sandbox grants (nothing by default).
+    pub grants: Arc<Grants>,
 }
 
 impl From<&StageConfig> for StageSpec {
@@ -40,6 +42,7 @@ impl From<&StageConfig> for StageSpec {
             max_output: c.limits.max_output.bytes(),
             on_trap: c.on_trap,
             contract: c.contract,
+            grants: Arc::new(c.allow.clone()),
         }
     }
 }
@@ -461,7 +464,12 @@ fn instantiate(
     let hash = plugin.short_hash().to_owned();
     let mut store = Store::new(
         engine.engine(),
-        StageState::new(spec.name.clone(), spec.memory),
+        StageState::new(spec.name.clone(), spec.memory, &spec.grants)
+            .map_err(|reason| InstanceError::Instantiate {
+                stage: stage.clone(),
+                hash: hash.clone(),
+                reason,
+            })?,
     );
     store.limiter(|s| &mut s.limits);
     // `init` may build tables or load data: give it ten call deadlines, at least five seconds.

@@ -1,11 +1,13 @@
-//! What a stage's `Store` holds: WASI (granting nothing), limits, captured stderr, the log import.
+//! What a stage's `Store` holds: WASI (granting only what the YAML's `allow` lists), limits, captured stderr, the log import.
 
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::config::Grants;
 
 use super::bindings::weir::stage::log::{Host as LogHost, Level};
 
@@ -24,18 +26,36 @@ pub struct StageState {
 }
 
 impl StageState {
-    /// State for one instance of stage `stage`, with a memory cap of `memory` bytes.
-    pub fn new(stage: Arc<str>, memory: usize) -> Self {
+    /// State for one instance of stage `stage`, with a memory cap of `memory` bytes and the
+    /// capabilities in `grants`. The error names a granted folder that cannot be opened.
+    pub fn new(stage: Arc<str>, memory: usize, grants: &Grants) -> Result<Self, String> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        // No preopened directories, no environment, no arguments, no network: WASI links so
-        // that components load, and grants nothing.
-        let wasi = WasiCtxBuilder::new()
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        StageState {
+        // Without grants: no preopened directories, no environment, no arguments, no network.
+        // WASI links so that components load, and grants nothing.
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone())
+            .allow_tcp(grants.network)
+            .allow_udp(grants.network)
+            .allow_ip_name_lookup(grants.network);
+        if grants.network {
+            wasi.inherit_network();
+        }
+        for name in &grants.env {
+            if let Ok(value) = std::env::var(name) {
+                wasi.env(name, value);
+            }
+        }
+        for d in &grants.dirs {
+            let perms = if d.write {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            wasi.preopened_dir(&d.host, &d.guest, perms)
+                .map_err(|e| format!("granted folder {}: {e:#}", d.host.display()))?;
+        }
+        let wasi = wasi.build();
+        Ok(StageState {
             wasi,
             table: ResourceTable::new(),
             limits: StoreLimitsBuilder::new()
@@ -47,7 +67,7 @@ impl StageState {
                 .build(),
             stderr,
             stage,
-        }
+        })
     }
 
     /// The last lines the guest wrote to stderr (e.g. a panic message), trimmed.

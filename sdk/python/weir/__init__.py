@@ -160,10 +160,8 @@ def _outcome(value: Any) -> Outcome:
 
 
 class Stage:
-    """The component's ``weir:stage/stage`` export (used by the generated entry module)."""
-
-    def __init__(self) -> None:
-        self._state: Any = None
+    """The component's ``weir:stage/stage`` export (used by the generated entry module).
+    componentize-py may make a new ``Stage`` for every call, so the state lives in the module."""
 
     def init(self, config: list[tuple[str, str]]) -> None:
         if "process" not in _registered:
@@ -171,7 +169,7 @@ class Stage:
         init = _registered["init"]
         if init is not None:
             try:
-                self._state = init(dict(config))
+                _registered["state"] = init(dict(config))
             except Exception as e:  # the reason reaches the operator, naming the stage
                 raise Err(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
 
@@ -179,7 +177,7 @@ class Stage:
         f = _registered["process"]
         args = [msg]
         if _registered["init"] is not None:
-            args.append(self._state)
+            args.append(_registered["state"])
         if _registered["meta"]:
             args.append(meta)
         return _outcome(f(*args))
