@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 pub mod kafka;
+pub mod languages;
 
 /// Paths of the plugin components built from `plugins/` by this crate's build script.
 pub mod plugins {

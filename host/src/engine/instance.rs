@@ -464,12 +464,13 @@ fn instantiate(
     let hash = plugin.short_hash().to_owned();
     let mut store = Store::new(
         engine.engine(),
-        StageState::new(spec.name.clone(), spec.memory, &spec.grants)
-            .map_err(|reason| InstanceError::Instantiate {
+        StageState::new(spec.name.clone(), spec.memory, &spec.grants).map_err(|reason| {
+            InstanceError::Instantiate {
                 stage: stage.clone(),
                 hash: hash.clone(),
                 reason,
-            })?,
+            }
+        })?,
     );
     store.limiter(|s| &mut s.limits);
     // `init` may build tables or load data: give it ten call deadlines, at least five seconds.

@@ -1,0 +1,404 @@
+//! Stages in Rust, C, Python and JavaScript, each built from source by its SDK
+//! (`scripts/build-plugins`) and run through the real `weir` binary: the same job gives the same
+//! results in every language, the sandbox holds for the heavy runtimes (no files, environment
+//! or network unless granted; memory cap and deadline), and compiled code is cached.
+
+use serde_json::{json, Value};
+use weir_tests::languages::{plugin, shared_cache};
+use weir_tests::{pipeline_yaml, scratch, stage, stderr, Scratch};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+const LANGS: [&str; 4] = ["rust", "c", "python", "js"];
+const ORDERS_CONFIG: [(&str, &str); 4] = [
+    ("field", "status"),
+    ("equals", "paid"),
+    ("tag", "checked"),
+    ("tag_value", "yes"),
+];
+
+fn input() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/orders-languages.jsonl"
+    ))
+    .expect("tests/data/orders-languages.jsonl")
+}
+
+/// `runtime:` lines (the YAML from `pipeline_yaml` ends inside its `runtime:` block) that use
+/// the compiled-code cache shared by these tests.
+fn shared_cache_yaml() -> String {
+    format!("  cache_dir: {}\n", shared_cache().display())
+}
+
+/// JSON with every number as f64, so `-500`, `-500.0` and `-0.5e+3` compare equal (the
+/// languages' JSON libraries print numbers differently; the values are the same).
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => json!(n.as_f64().expect("finite number")),
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// One language's results: every output (key, headers, timestamp, parsed value) and every
+/// reject (key, reason, stage), in order, plus the report's counts.
+fn run_orders(lang: &str) -> (Vec<Value>, Vec<Value>, Value) {
+    let s = scratch!();
+    s.write("in.jsonl", &input());
+    let name = format!("orders-{lang}");
+    let st = stage(&name, &plugin(WEIR, &name), &ORDERS_CONFIG);
+    s.write("p.yaml", &pipeline_yaml(&st, &shared_cache_yaml()));
+    let o = s.run(&["run", "p.yaml"]);
+    assert!(o.status.success(), "{lang}: {}", stderr(&o));
+    let out = s
+        .read_jsonl("out.jsonl")
+        .iter()
+        .map(|m| {
+            let value: Value = serde_json::from_str(m["value"].as_str().expect("text value"))
+                .unwrap_or_else(|e| panic!("{lang}: output value is not JSON ({e}): {m}"));
+            json!({"key": m["key"], "headers": m["headers"], "timestamp": m["timestamp"],
+                   "value": canonical(&value)})
+        })
+        .collect();
+    let rejected = s
+        .read_jsonl("rejected.jsonl")
+        .iter()
+        .map(|m| json!({"key": m["key"], "value": m["value"], "reason": m["reject"]["reason"]}))
+        .collect();
+    let counts = s.report()["stages"][0].clone();
+    (out, rejected, counts)
+}
+
+#[test]
+fn the_orders_stage_gives_the_same_results_in_rust_c_python_and_js() {
+    let (out, rejected, counts) = run_orders("rust");
+    // What the job means, on the Rust stage: the 8 paid orders tagged, 8 valid others dropped,
+    // 19 rejected with one of three reasons.
+    let keys: Vec<_> = out.iter().map(|m| m["key"].as_str().unwrap()).collect();
+    assert_eq!(
+        keys,
+        ["o-1", "o-2", "o-3", "o-4", "o-5", "o-6", "o-7", "o-8"]
+    );
+    for m in &out {
+        assert_eq!(m["value"]["status"], "paid", "{m}");
+        assert_eq!(m["value"]["checked"], "yes", "{m}");
+    }
+    assert_eq!(
+        out[0]["headers"],
+        json!([["trace", "t-1"], ["empty", null]])
+    );
+    assert_eq!(out[0]["timestamp"], 1_700_000_000_000_i64);
+    assert_eq!(out[3]["value"]["name"], "Zoë 😀", "escapes decoded");
+    let reasons: Vec<_> = rejected
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| **r == "not a JSON object")
+            .count(),
+        5
+    );
+    assert_eq!(
+        reasons.iter().filter(|r| **r == "malformed JSON").count(),
+        13
+    );
+    assert_eq!(reasons.iter().filter(|r| **r == "no value").count(), 1);
+    assert_eq!(
+        (counts["input"].as_u64(), counts["dropped"].as_u64()),
+        (Some(35), Some(8))
+    );
+
+    for lang in &LANGS[1..] {
+        let (o, r, c) = run_orders(lang);
+        assert_eq!(o, out, "{lang}: outputs differ from Rust's");
+        assert_eq!(r, rejected, "{lang}: rejects differ from Rust's");
+        for k in [
+            "input", "next", "emitted", "dropped", "rejected", "failed", "traps",
+        ] {
+            assert_eq!(c[k], counts[k], "{lang}: count `{k}` differs: {c}");
+        }
+    }
+}
+
+#[test]
+fn the_c_stage_answers_the_same_on_the_packed_and_the_typed_path() {
+    let s = scratch!();
+    let input = s.write("in.jsonl", &input());
+    let orders = plugin(WEIR, "orders-c");
+    let inspect = s.run(&["inspect", &orders]);
+    let shape: Value = serde_json::from_slice(&inspect.stdout).expect("inspect prints JSON");
+    assert_eq!(
+        shape["shape"], "batch",
+        "the C SDK exports the packed path: {shape}"
+    );
+    let mut args = vec!["test".to_owned(), orders.clone(), "--input".into()];
+    args.push(input.display().to_string());
+    for (k, v) in ORDERS_CONFIG {
+        args.extend(["--config".to_owned(), format!("{k}={v}")]);
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let packed = s.run(&argv);
+    let typed = s.run(&[&argv[..], &["--typed"]].concat());
+    assert!(
+        packed.status.success() && typed.status.success(),
+        "{}{}",
+        stderr(&packed),
+        stderr(&typed)
+    );
+    let lines = String::from_utf8(packed.stdout).unwrap();
+    assert_eq!(lines.lines().count(), 35);
+    assert_eq!(lines, String::from_utf8(typed.stdout).unwrap());
+}
+
+#[test]
+fn a_missing_config_key_stops_start_up_naming_the_stage_in_every_language() {
+    for lang in LANGS {
+        let s = scratch!();
+        s.write("in.jsonl", "");
+        let name = format!("orders-{lang}");
+        let st = stage(&name, &plugin(WEIR, &name), &ORDERS_CONFIG[..3]);
+        s.write("p.yaml", &pipeline_yaml(&st, &shared_cache_yaml()));
+        let o = s.run(&["check", "p.yaml"]);
+        assert_eq!(o.status.code(), Some(2), "{lang}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains(&name) && err.contains("tag_value"),
+            "{lang}: {err}"
+        );
+    }
+}
+
+fn probe(s: &Scratch, plugin_name: &str, values: &[&str], stage_extra: &str) -> Vec<String> {
+    s.jsonl(
+        "in.jsonl",
+        &values
+            .iter()
+            .map(|v| json!({ "value": v }))
+            .collect::<Vec<_>>(),
+    );
+    let st = stage("probe", &plugin(WEIR, plugin_name), &[]) + stage_extra;
+    s.write("p.yaml", &pipeline_yaml(&st, &shared_cache_yaml()));
+    let o = s
+        .weir(&["run", "p.yaml"])
+        .env("WEIR_SECRET", "hunter2")
+        .output()
+        .expect("running weir");
+    assert!(o.status.success(), "{}", stderr(&o));
+    s.reject_reasons()
+}
+
+#[test]
+fn a_python_stage_gets_no_files_environment_or_network_unless_granted() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let net = format!("net:{}", listener.local_addr().unwrap().port());
+    let probes = [
+        "read-file",
+        "read-granted",
+        "write-granted",
+        "env",
+        "env:WEIR_SECRET",
+        &net,
+    ];
+
+    let s = scratch!();
+    let r = probe(&s, "probe-python", &probes, "");
+    assert_eq!(r.len(), 6, "{r:?}");
+    assert!(r[0].starts_with("probe: file read denied"), "{}", r[0]);
+    assert!(r[1].starts_with("probe: file read denied"), "{}", r[1]);
+    assert!(r[2].starts_with("probe: file write denied"), "{}", r[2]);
+    assert_eq!(r[3], "probe: 0 environment variables");
+    assert_eq!(r[4], "probe: WEIR_SECRET=None");
+    assert!(r[5].starts_with("probe: network denied"), "{}", r[5]);
+
+    let s = scratch!();
+    std::fs::create_dir(s.path("data")).unwrap();
+    s.write("data/hello.txt", "granted hello\n");
+    let grants = "    allow:\n      env: [WEIR_SECRET]\n      dirs:\n        - { host: data, guest: /data }\n      network: true\n";
+    let r = probe(&s, "probe-python", &probes, grants);
+    assert!(
+        r[0].starts_with("probe: file read denied"),
+        "only the granted folder: {}",
+        r[0]
+    );
+    assert_eq!(r[1], "probe: file read allowed: granted hello");
+    assert!(
+        r[2].starts_with("probe: file write denied"),
+        "read-only by default: {}",
+        r[2]
+    );
+    assert!(!s.path("data/written.txt").exists());
+    assert_eq!(
+        r[3], "probe: 1 environment variables",
+        "only the granted name"
+    );
+    assert_eq!(r[4], "probe: WEIR_SECRET=hunter2");
+    assert_eq!(r[5], "probe: network allowed: connected");
+
+    let s = scratch!();
+    std::fs::create_dir(s.path("data")).unwrap();
+    let grants = "    allow:\n      dirs:\n        - { host: data, guest: /data, write: true }\n";
+    let r = probe(&s, "probe-python", &["write-granted"], grants);
+    assert_eq!(r, ["probe: file write allowed: wrote"]);
+    assert_eq!(
+        std::fs::read_to_string(s.path("data/written.txt")).unwrap(),
+        "from the stage"
+    );
+}
+
+#[test]
+fn python_and_js_stages_that_trap_loop_or_hoard_memory_are_contained() {
+    for lang in ["python", "js"] {
+        let s = scratch!();
+        let limits = "    limits:\n      timeout: 300ms\n      memory: 96MiB\n";
+        let r = probe(
+            &s,
+            &format!("probe-{lang}"),
+            &["a", "trap", "b", "loop", "c", "bomb", "d"],
+            limits,
+        );
+        let out: Vec<_> = s
+            .read_jsonl("out.jsonl")
+            .iter()
+            .map(|m| m["value"].clone())
+            .collect();
+        assert_eq!(
+            out,
+            ["a", "b", "c", "d"],
+            "{lang}: every other message is delivered"
+        );
+        assert_eq!(r.len(), 3, "{lang}: {r:?}");
+        assert!(
+            r[0].starts_with("trap: ") && r[0].contains("probe asked to trap"),
+            "{lang}: {}",
+            r[0]
+        );
+        assert!(
+            r[1].contains("deadline of 300ms exceeded"),
+            "{lang}: {}",
+            r[1]
+        );
+        assert!(
+            r[2].contains("memory limit of 96MiB exceeded"),
+            "{lang}: {}",
+            r[2]
+        );
+        let sb = &s.report()["stages"][0]["sandbox"];
+        assert!(
+            sb["timeouts"].as_u64() >= Some(1) && sb["memory_exceeded"].as_u64() >= Some(1),
+            "{lang}: {sb}"
+        );
+    }
+}
+
+#[test]
+fn the_js_runtime_imports_no_sockets_environment_or_http() {
+    let s = scratch!();
+    for name in ["orders-js", "probe-js"] {
+        let o = s.run(&["inspect", &plugin(WEIR, name)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let info: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let imports: Vec<&str> = info["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_str().unwrap())
+            .collect();
+        assert!(imports.contains(&"weir:stage/log@0.1.0"), "{imports:?}");
+        for banned in ["wasi:sockets/", "wasi:cli/environment", "wasi:http/"] {
+            assert!(
+                !imports.iter().any(|i| i.starts_with(banned)),
+                "{name} imports {banned}: {imports:?}"
+            );
+        }
+    }
+    let r = probe(&s, "probe-js", &["env"], "");
+    assert_eq!(r, ["probe: process.env none"]);
+}
+
+#[test]
+fn a_second_start_of_a_python_or_js_pipeline_loads_compiled_code_from_the_cache() {
+    for lang in ["python", "js"] {
+        let s = scratch!(); // a private, empty cache
+        s.write("in.jsonl", "");
+        let name = format!("orders-{lang}");
+        let st = stage(&name, &plugin(WEIR, &name), &ORDERS_CONFIG);
+        s.write("p.yaml", &pipeline_yaml(&st, ""));
+        let first = s.run(&["check", "p.yaml"]);
+        let second = s.run(&["check", "p.yaml"]);
+        assert!(
+            first.status.success() && second.status.success(),
+            "{}",
+            stderr(&first)
+        );
+        let (a, b) = (
+            String::from_utf8_lossy(&first.stdout),
+            String::from_utf8_lossy(&second.stdout),
+        );
+        assert!(
+            a.contains("cache=Miss"),
+            "{lang}: first start compiles: {a}"
+        );
+        assert!(
+            b.contains("cache=Hit"),
+            "{lang}: second start loads the cache: {b}"
+        );
+    }
+}
+
+#[test]
+fn all_four_languages_run_in_one_chain_on_kafka() {
+    let s = scratch!();
+    s.write("orders.jsonl", &input());
+    let mut stages = String::new();
+    for lang in LANGS {
+        let name = format!("orders-{lang}");
+        stages += &stage(&name, &plugin(WEIR, &name), &ORDERS_CONFIG);
+    }
+    let yaml = format!(
+        "name: languages\nsource:\n  kafka:\n    brokers: ${{WEIR_BROKERS:-localhost:9092}}\n    topics: [orders]\n    group: languages\n    stop_at_end: true\nstages:\n{stages}sink:\n  kafka:\n    brokers: ${{WEIR_BROKERS:-localhost:9092}}\n    topic: checked\nreject:\n  kafka:\n    brokers: ${{WEIR_BROKERS:-localhost:9092}}\n    topic: dlq\nruntime:\n  report: report.json\n{}",
+        shared_cache_yaml()
+    );
+    s.write("p.yaml", &yaml);
+    let o = s.run(&[
+        "run",
+        "p.yaml",
+        "--embedded-broker",
+        "--seed",
+        "orders=orders.jsonl",
+        "--dump",
+        "topics",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = s.read_jsonl("topics/checked.jsonl");
+    let keys: Vec<_> = out
+        .iter()
+        .map(|m| m["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        keys,
+        ["o-1", "o-2", "o-3", "o-4", "o-5", "o-6", "o-7", "o-8"]
+    );
+    assert_eq!(s.read_jsonl("topics/dlq.jsonl").len(), 19);
+    let report = s.report();
+    let stages = report["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 4);
+    for st in &stages[1..] {
+        assert_eq!(
+            (st["input"].as_u64(), st["next"].as_u64()),
+            (Some(8), Some(8)),
+            "{st}"
+        );
+    }
+    let committed: i64 = report["kafka"]["committed"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_i64().unwrap())
+        .sum();
+    assert_eq!(committed, 35, "every offset committed: {report}");
+}
