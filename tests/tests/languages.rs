@@ -411,3 +411,59 @@ fn all_four_languages_run_in_one_chain_on_kafka() {
         .sum();
     assert_eq!(committed, 35, "every offset committed: {report}");
 }
+
+#[test]
+fn weir_new_scaffolds_c_python_and_js_stages_that_build_test_and_run() {
+    for (lang, source) in [("c", "stage.c"), ("python", "stage.py"), ("js", "stage.js")] {
+        let s = scratch!();
+        let name = format!("demo-{lang}");
+        let o = s.run(&["new", &name, "--lang", lang]);
+        assert!(o.status.success(), "{lang}: {}", stderr(&o));
+        let root = s.path(&name);
+        for f in [
+            source,
+            "build.sh",
+            "sample.jsonl",
+            "pipeline.yaml",
+            "README.md",
+        ] {
+            assert!(root.join(f).exists(), "{lang}: {f} scaffolded");
+        }
+        let built = std::process::Command::new(root.join("build.sh"))
+            .env("WEIR", WEIR)
+            .output()
+            .unwrap();
+        assert!(built.status.success(), "{lang}: {}", stderr(&built));
+        let tested = s
+            .weir(&["test", "stage.wasm", "--input", "sample.jsonl"])
+            .args(["--config", "field=status", "--config", "equals=paid"])
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(tested.status.success(), "{lang}: {}", stderr(&tested));
+        let lines: Vec<Value> = String::from_utf8(tested.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3, "{lang}: {lines:?}");
+        assert_eq!(
+            lines[0]["messages"][0]["headers"],
+            json!([[name, "matched"]]),
+            "{lang}"
+        );
+        assert_eq!(lines[1]["messages"], json!([]), "{lang}: dropped");
+        assert_eq!(lines[2]["outcome"], "reject", "{lang}");
+        let ran = s
+            .weir(&["run", "pipeline.yaml"])
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(ran.status.success(), "{lang}: {}", stderr(&ran));
+        assert!(
+            stderr(&ran).contains("written 1, rejected 1"),
+            "{lang}: {}",
+            stderr(&ran)
+        );
+    }
+}

@@ -1,30 +1,6 @@
-//! `weir new`: scaffolds a stage project ready for `weir test`.
+//! The Rust scaffold: a crate on `weir-sdk` (packed fast path) with a native unit test.
 
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-
-/// Languages `weir new` can scaffold.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Lang {
-    /// Rust with `weir-sdk` (packed fast path).
-    Rust,
-}
-
-/// Arguments of `weir new`.
-#[derive(Debug, clap::Args)]
-pub struct NewArgs {
-    /// Stage (and folder) name: lowercase letters, digits and `-`.
-    name: String,
-    /// Language of the stage.
-    #[arg(long, value_enum, default_value_t = Lang::Rust)]
-    lang: Lang,
-    /// Where to create the folder.
-    #[arg(long, default_value = ".")]
-    dir: PathBuf,
-    /// The Rust SDK (`sdk/rust` of a Weir checkout). Default: the one this `weir` was built from.
-    #[arg(long)]
-    sdk: Option<PathBuf>,
-}
+use std::path::Path;
 
 const LIB_RS: &str = r##"//! {{name}}: keeps JSON messages whose `field` equals `equals`, tags them, rejects the rest
 //! of the malformed input. Edit freely: `weir test` shows what each message becomes.
@@ -86,11 +62,6 @@ cargo build --release --target wasm32-wasip2
 echo "built ${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm"
 "#;
 
-const SAMPLE: &str = r#"{"key": "1", "value": {"id": 1, "status": "paid"}}
-{"key": "2", "value": {"id": 2, "status": "open"}}
-{"key": "3", "value": "not json"}
-"#;
-
 const PIPELINE: &str = r#"# Run with: weir run pipeline.yaml
 source:
   jsonl: { path: sample.jsonl }
@@ -116,53 +87,7 @@ weir run pipeline.yaml
 ```
 "#;
 
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
-pub fn new(args: &NewArgs) -> ExitCode {
-    if !valid_name(&args.name) {
-        return super::bad_input(format!(
-            "invalid stage name {:?}: use lowercase letters, digits and `-`, starting with a letter",
-            args.name
-        ));
-    }
-    let sdk = args
-        .sdk
-        .clone()
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/rust"));
-    let sdk = match std::fs::canonicalize(&sdk) {
-        Ok(p) if p.join("Cargo.toml").exists() => p,
-        _ => {
-            return super::bad_input(format!(
-                "the Rust SDK is not at {}: pass --sdk PATH/TO/weir/sdk/rust",
-                sdk.display()
-            ))
-        }
-    };
-    let root = args.dir.join(&args.name);
-    if root.exists() {
-        return super::bad_input(format!("{} already exists", root.display()));
-    }
-    let Lang::Rust = args.lang;
-    match scaffold_rust(&root, &args.name, &sdk) {
-        Ok(()) => {
-            println!(
-                "created {} (Rust stage); next: cd {} && ./build.sh",
-                root.display(),
-                root.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => super::bad_input(format!("{}: {e}", root.display())),
-    }
-}
-
-fn scaffold_rust(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
+pub fn scaffold(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
     let krate = name.replace('-', "_");
     let fill = |t: &str| t.replace("{{name}}", name).replace("{{crate}}", &krate);
     let cargo = format!(
@@ -174,16 +99,9 @@ fn scaffold_rust(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(root.join("src"))?;
     std::fs::write(root.join("Cargo.toml"), cargo)?;
     std::fs::write(root.join("src/lib.rs"), fill(LIB_RS))?;
-    std::fs::write(root.join("sample.jsonl"), SAMPLE)?;
+    std::fs::write(root.join("sample.jsonl"), super::SAMPLE)?;
     std::fs::write(root.join("pipeline.yaml"), fill(PIPELINE))?;
     std::fs::write(root.join("README.md"), fill(README))?;
     std::fs::write(root.join(".gitignore"), "/target\n")?;
-    let build = root.join("build.sh");
-    std::fs::write(&build, fill(BUILD_SH))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&build, std::fs::Permissions::from_mode(0o755))?;
-    }
-    Ok(())
+    super::write_script(&root.join("build.sh"), &fill(BUILD_SH))
 }

@@ -1,0 +1,129 @@
+//! `weir new`: scaffolds a stage project ready for `weir test`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+mod other;
+mod rust;
+
+/// Languages `weir new` can scaffold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust with `weir-sdk` (packed fast path).
+    Rust,
+    /// C with the C SDK (`sdk/c`: typed + packed fast path), built by clang for wasm32-wasi.
+    C,
+    /// Python with the Python SDK (`sdk/python`), built by componentize-py.
+    Python,
+    /// JavaScript with the JS SDK (`sdk/js`), bundled by esbuild, built by componentize-js.
+    Js,
+}
+
+impl Lang {
+    /// The SDK folder under `sdk/`, and the file that proves a folder is that SDK.
+    fn sdk(self) -> (&'static str, &'static str) {
+        match self {
+            Lang::Rust => ("rust", "Cargo.toml"),
+            Lang::C => ("c", "weir-build-c"),
+            Lang::Python => ("python", "weir-build-python"),
+            Lang::Js => ("js", "weir-build-js"),
+        }
+    }
+
+    /// The language's name in messages.
+    fn label(self) -> &'static str {
+        match self {
+            Lang::Rust => "Rust",
+            Lang::C => "C",
+            Lang::Python => "Python",
+            Lang::Js => "JavaScript",
+        }
+    }
+}
+
+/// Arguments of `weir new`.
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// Stage (and folder) name: lowercase letters, digits and `-`.
+    name: String,
+    /// Language of the stage.
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    lang: Lang,
+    /// Where to create the folder.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// The language's SDK (`sdk/<lang>` of a Weir checkout). Default: the one this `weir` was
+    /// built from.
+    #[arg(long)]
+    sdk: Option<PathBuf>,
+}
+
+/// The sample input every scaffold gets: one message kept, one dropped, one rejected.
+pub(super) const SAMPLE: &str = r#"{"key": "1", "value": {"id": 1, "status": "paid"}}
+{"key": "2", "value": {"id": 2, "status": "open"}}
+{"key": "3", "value": "not json"}
+"#;
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+pub fn new(args: &NewArgs) -> ExitCode {
+    if !valid_name(&args.name) {
+        return super::bad_input(format!(
+            "invalid stage name {:?}: use lowercase letters, digits and `-`, starting with a letter",
+            args.name
+        ));
+    }
+    let (folder, marker) = args.lang.sdk();
+    let sdk = args.sdk.clone().unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sdk")
+            .join(folder)
+    });
+    let sdk = match std::fs::canonicalize(&sdk) {
+        Ok(p) if p.join(marker).exists() => p,
+        _ => {
+            return super::bad_input(format!(
+                "the {} SDK is not at {}: pass --sdk PATH/TO/weir/sdk/{folder}",
+                args.lang.label(),
+                sdk.display()
+            ))
+        }
+    };
+    let root = args.dir.join(&args.name);
+    if root.exists() {
+        return super::bad_input(format!("{} already exists", root.display()));
+    }
+    let made = match args.lang {
+        Lang::Rust => rust::scaffold(&root, &args.name, &sdk),
+        lang => other::scaffold(lang, &root, &args.name, &sdk),
+    };
+    match made {
+        Ok(()) => {
+            println!(
+                "created {} ({} stage); next: cd {} && ./build.sh",
+                root.display(),
+                args.lang.label(),
+                root.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => super::bad_input(format!("{}: {e}", root.display())),
+    }
+}
+
+/// Writes `build.sh` executable.
+fn write_script(path: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::write(path, text)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
