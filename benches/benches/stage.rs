@@ -13,83 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use weir::config::{ContractChoice, TrapPolicy};
-use weir::engine::{StageInstance, StageSpec, Verdict, WeirEngine};
-use weir::message::{Envelope, Header, Lane, Message};
+use weir::config::ContractChoice;
+use weir::engine::{StageInstance, Verdict};
+use weir_benches::{engine, instance, lane, messages, spec};
 use weir_sdk::testing::TestMessage;
 use weir_tests::plugins;
 
 const BATCHES: [usize; 4] = [1, 64, 256, 1024];
-
-/// ~100-byte JSON values, a 9-byte key, one header; every other message matches the filter.
-fn value(i: usize) -> String {
-    let status = if i.is_multiple_of(2) { "paid" } else { "open" };
-    let v =
-        format!(r#"{{"id":{i:08},"status":"{status}","region":"eu","customer":"c-{i:06}","pad":""#);
-    format!(
-        "{v}{}\"}}",
-        "x".repeat(100usize.saturating_sub(v.len() + 2))
-    )
-}
-
-fn messages(n: usize) -> Vec<Envelope> {
-    (0..n)
-        .map(|i| Envelope {
-            offset: i as i64,
-            msg: Message {
-                key: Some(format!("key-{i:05}").into_bytes()),
-                value: Some(value(i).into_bytes()),
-                headers: vec![Header {
-                    key: "trace".into(),
-                    value: Some(b"abc".to_vec()),
-                }],
-                timestamp: Some(1_700_000_000_000),
-                topic: None,
-            },
-        })
-        .collect()
-}
-
-fn spec(contract: ContractChoice, config: &[(&str, &str)]) -> Arc<StageSpec> {
-    Arc::new(StageSpec {
-        name: "bench".into(),
-        config: config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        memory: 64 << 20,
-        timeout: Duration::from_secs(5),
-        max_output: 4 << 20,
-        on_trap: TrapPolicy::Reject,
-        contract,
-        grants: Default::default(),
-    })
-}
-
-fn instance(
-    engine: &WeirEngine,
-    plugin: &str,
-    contract: ContractChoice,
-    config: &[(&str, &str)],
-) -> StageInstance {
-    let p = Arc::new(
-        engine
-            .load_plugin("bench", std::path::Path::new(plugin))
-            .expect("plugin loads"),
-    );
-    StageInstance::new(engine, spec(contract, config), p).expect("instantiates")
-}
-
-fn engine() -> WeirEngine {
-    WeirEngine::new(64 << 20, None).expect("engine")
-}
-
-fn lane() -> Lane {
-    Lane {
-        topic: "bench".into(),
-        partition: 0,
-    }
-}
 
 fn boundary(c: &mut Criterion) {
     let engine = engine();

@@ -64,6 +64,29 @@ fn an_infinite_loop_hits_the_deadline() {
 }
 
 #[test]
+fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
+    // Each `leak` keeps 1 MiB, so every dozen messages the instance hits its 16 MiB cap. The
+    // message that happens to cross it is retried once on a fresh instance and delivered. (On
+    // the typed path: on the batch path a failed batch is retried message by message anyway.)
+    let vals = vec!["leak"; 60];
+    let (s, o) = run_misbehave(
+        &vals,
+        "    contract: typed\n    limits:\n      memory: 16MiB\n",
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        s.read_jsonl("out.jsonl").len(),
+        60,
+        "every message delivered"
+    );
+    assert!(s.reject_reasons().is_empty(), "{:?}", s.reject_reasons());
+    let sb = &s.report()["stages"][0]["sandbox"];
+    assert!(sb["memory_exceeded"].as_u64().unwrap() >= 3, "{sb}");
+    assert!(sb["restarts"].as_u64().unwrap() >= 3, "{sb}");
+}
+
+#[test]
 fn a_memory_bomb_hits_the_memory_cap() {
     let (s, o) = run_misbehave(
         &["a", "bomb", "b"],

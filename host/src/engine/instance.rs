@@ -125,6 +125,8 @@ struct Live {
     store: Store<StageState>,
     stage: StageGuest,
     batch: Option<BatchGuest>,
+    /// Calls that returned since this instance was built.
+    calls: u64,
 }
 
 /// One instance of one stage, owned by one thread.
@@ -192,7 +194,10 @@ impl StageInstance {
         if self.live.batch.is_some() {
             let start = out.len();
             match self.call_batch(lane, batch, out) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.live.calls += 1;
+                    return Ok(());
+                }
                 Err(reason) => {
                     out.truncate(start);
                     tracing::warn!(
@@ -207,23 +212,53 @@ impl StageInstance {
         }
         // One message per call: always on the typed path; on the batch path after a failed batch
         // call, to isolate the culprit. Each message is tried once; a trap rebuilds the store.
+        // A memory trap on an instance that has run before may come from the heap it built up
+        // (a garbage-collected runtime settles above the cap now and then), not from this
+        // message: such a message gets one more try on the fresh instance.
         for env in batch {
             let start = out.len();
-            let called = if self.live.batch.is_some() {
-                self.call_batch(lane, std::slice::from_ref(env), out)
-            } else {
-                self.call_typed(lane, env, out)
-            };
-            if let Err(reason) = called {
+            let mut fresh = self.live.calls == 0;
+            loop {
+                let memory_traps = self.stats.memory_exceeded;
+                let Err(reason) = self.call_one(lane, env, out) else {
+                    break;
+                };
                 out.truncate(start);
                 self.restart()?;
-                out.push(self.trapped(reason));
+                if fresh || self.stats.memory_exceeded == memory_traps {
+                    out.push(self.trapped(reason));
+                    break;
+                }
+                tracing::debug!(
+                    stage = &*self.spec.name,
+                    offset = env.offset,
+                    "memory trap on a used instance; retrying the message on a fresh one"
+                );
+                fresh = true;
             }
             if matches!(out.last(), Some(Verdict::Fail(_))) {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// One message in one call, on whichever path the instance uses.
+    fn call_one(
+        &mut self,
+        lane: &Lane,
+        env: &Envelope,
+        out: &mut Vec<Verdict>,
+    ) -> Result<(), String> {
+        let called = if self.live.batch.is_some() {
+            self.call_batch(lane, std::slice::from_ref(env), out)
+        } else {
+            self.call_typed(lane, env, out)
+        };
+        if called.is_ok() {
+            self.live.calls += 1;
+        }
+        called
     }
 
     fn trapped(&self, reason: String) -> Verdict {
@@ -500,6 +535,7 @@ fn instantiate(
             store,
             stage: guest,
             batch,
+            calls: 0,
         }),
         Ok(Err(reason)) => Err(InstanceError::Init {
             stage,

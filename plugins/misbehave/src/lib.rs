@@ -1,6 +1,7 @@
 //! A hostile test fixture. What it does depends on the message value:
 //! `trap` panics, `loop` never returns, `bomb` allocates until memory runs out, `huge` emits a
-//! 16 MiB value, `flood` emits 100,000 empty messages, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; `slow` spins 20 ms and keeps the message; anything
+//! 16 MiB value, `flood` emits 100,000 empty messages, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; `slow` spins 20 ms and keeps the message; `leak` keeps 1 MiB for good
+//! per call (the instance's heap grows until a fresh one starts); anything
 //! else passes unchanged. `read-file`, `env` and `net` reject with what the sandbox allowed. With config `init_error` set, `init` fails with that text.
 use weir_sdk::{Config, Message, Outcome};
 
@@ -29,6 +30,11 @@ pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
                 hoard.push(vec![1u8; 1 << 20]);
                 std::hint::black_box(&hoard);
             }
+        }
+        "leak" => {
+            static HOARD: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+            HOARD.lock().unwrap().push(vec![1u8; 1 << 20]);
+            Outcome::Keep
         }
         "huge" => Outcome::map(msg.to_owned().value(vec![b'x'; 16 << 20])),
         "flood" => Outcome::Next(vec![weir_sdk::OutMessage::default(); 100_000]),
