@@ -20,13 +20,14 @@ pub fn check(path: &Path) -> ExitCode {
     for (i, slot) in prepared.slots.iter().enumerate() {
         let (_, plugin) = slot.current();
         println!(
-            "  {}. {:<16} {}  contract={:?} plugin={} cache={:?} memory={} timeout={} max_output={}",
+            "  {}. {:<16} {}  contract={:?} plugin={} cache={:?} load={}ms memory={} timeout={} max_output={}",
             i + 1,
             slot.spec.name,
             plugin.path.display(),
             plugin.contract,
             plugin.short_hash(),
             plugin.cache,
+            plugin.load_time.as_millis(),
             crate::config::ByteSize(slot.spec.memory as u64),
             humantime::format_duration(slot.spec.timeout),
             crate::config::ByteSize(slot.spec.max_output as u64),
