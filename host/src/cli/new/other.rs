@@ -25,7 +25,7 @@ source:
 stages:
   - name: {{name}}
     plugin: stage.wasm
-    config: { field: status, equals: paid }
+    config: { field: status, equals: paid }{{limits}}
 sink:
   stdout: {}
 reject:
@@ -54,6 +54,12 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Path) -> std::io::Res
         Lang::Js => ("js", "stage.js", JS_STAGE, "weir.js"),
         Lang::Rust => unreachable!("the Rust scaffold is rust::scaffold"),
     };
+    // SpiderMonkey's heap settles above 64 MiB now and then (docs/languages/js.md).
+    let limits = if lang == Lang::Js {
+        "\n    limits: { memory: 128MiB }"
+    } else {
+        ""
+    };
     let weir = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "weir".into());
@@ -65,6 +71,7 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Path) -> std::io::Res
             .replace("{{sdk_doc}}", &sdk.join(doc).display().to_string())
             .replace("{{sdk}}", &sdk.display().to_string())
             .replace("{{weir}}", &weir)
+            .replace("{{limits}}", limits)
     };
     std::fs::create_dir_all(root)?;
     std::fs::write(root.join(source), fill(text))?;
