@@ -580,6 +580,112 @@ fn a_slow_stage_pauses_the_partition_keeps_bytes_under_the_budget_and_resumes() 
 }
 
 #[test]
+fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_nothing_unacked() {
+    // The source and the sink are two brokers; the sink's goes down while the source keeps
+    // serving. Produced records cannot be acknowledged, so their offsets cannot settle: the
+    // in-flight budget fills, the partition pauses, consumption stops, nothing is committed
+    // past what was acknowledged; the lag gauge (from librdkafka's cached high watermark, no
+    // `stop_at_end`) shows the backlog. When the sink comes back everything is delivered and
+    // committed, and the lag drops to zero.
+    let source = Broker::start(WEIR, &[("in", 1)]);
+    let mut sink = Broker::start(WEIR, &[("out", 1), ("dlq", 1)]);
+    let pad = "y".repeat(2000);
+    let n = 400;
+    source.produce("in", &records(n, 1, |i| format!("{pad}{i}")));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let budget = 64 * 1024;
+    let yaml = kafka_pipeline(
+        &source.bootstrap,
+        "g-stall",
+        &stage("pass", PASSTHROUGH, &[]),
+        "",
+        &format!(
+            "  max_in_flight: {budget}\n  metrics: 127.0.0.1:{port}\nbatch:\n  max_messages: 8\n"
+        ),
+    );
+    let yaml = yaml
+        .replace(
+            &format!("sink:\n  kafka:\n    brokers: {}", source.bootstrap),
+            &format!("sink:\n  kafka:\n    brokers: {}", sink.bootstrap),
+        )
+        .replace(
+            &format!("reject:\n  kafka:\n    brokers: {}", source.bootstrap),
+            &format!("reject:\n  kafka:\n    brokers: {}", sink.bootstrap),
+        );
+    assert_eq!(yaml.matches(&sink.bootstrap).count(), 2, "{yaml}");
+    let s = scratch!();
+    s.write("p.yaml", &yaml);
+    sink.set_up(false);
+    let c = spawn_weir(&s, "p.yaml", "stall.log");
+    // Wait until the stall shows: paused, with the budget full.
+    let (mut max_bytes, mut paused, mut consumed, mut lag) = (0.0f64, false, Vec::new(), None);
+    let lag_metric = "weir_consumer_lag{partition=\"0\",topic=\"in\"}";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let (_, body) = scrape(port, "/metrics");
+            max_bytes = max_bytes.max(gauge(&body, "weir_in_flight_bytes").unwrap_or(0.0));
+            paused |= gauge(&body, "weir_paused_partitions").unwrap_or(0.0) >= 1.0;
+            if paused {
+                lag = gauge(&body, lag_metric);
+                consumed.push(gauge(&body, "weir_consumed_messages_total").unwrap_or(0.0));
+                if consumed.len() == 20 {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(paused, "the partition paused while the sink was down");
+    let (first, last) = (consumed[0], *consumed.last().unwrap());
+    assert!(
+        last <= first + 8.0,
+        "consumption stopped while paused: {consumed:?}"
+    );
+    assert!(
+        last < n as f64,
+        "the stall held back the source (consumed {last} of {n})"
+    );
+    assert!(
+        max_bytes >= (budget / 2) as f64 && max_bytes <= (budget + 2200) as f64,
+        "in flight {max_bytes} within the budget {budget} (+ one message)"
+    );
+    let committed = source.committed("g-stall", "in", 1);
+    assert_eq!(
+        committed[0].unwrap_or(0),
+        0,
+        "nothing acknowledged, nothing committed: {committed:?}"
+    );
+    assert_eq!(
+        lag,
+        Some(n as f64),
+        "the whole backlog is lag while nothing commits"
+    );
+    sink.set_up(true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while source.committed("g-stall", "in", 1) != [Some(n as i64)] {
+        assert!(
+            Instant::now() < deadline,
+            "the commit never reached the end"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // one more commit tick for the gauge
+    assert_eq!(gauge(&scrape(port, "/metrics").1, lag_metric), Some(0.0));
+    sigterm(&c);
+    wait_ok(c, "stalled-sink pipeline", &s, "stall.log");
+    let out = sink.read("out");
+    assert_eq!(out.len(), n, "everything delivered once the sink came back");
+    let unique: BTreeSet<_> = out.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(unique.len(), n);
+    assert_eq!(source.committed("g-stall", "in", 1), [Some(n as i64)]);
+}
+
+#[test]
 fn broker_down_at_start_and_mid_stream_gives_clear_errors_then_recovers_without_loss() {
     let mut b = Broker::start(WEIR, &[("in", 2), ("out", 2), ("dlq", 1)]);
     b.produce("in", &records(200, 2, |i| format!("a-{i}")));

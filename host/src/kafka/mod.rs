@@ -25,6 +25,7 @@ pub mod embedded;
 pub mod output;
 pub mod record;
 pub mod runtime;
+pub mod watermarks;
 
 use std::sync::Arc;
 

@@ -303,6 +303,7 @@ impl Controller {
             s.flow(&consumer);
             if last_commit.elapsed() >= commit_every {
                 s.commit(&consumer, Some(&queue), None);
+                s.update_lag(&consumer);
                 last_commit = Instant::now();
             }
             if s.assigned_once {

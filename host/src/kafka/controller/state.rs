@@ -246,6 +246,27 @@ impl State {
         }
     }
 
+    /// Sets `weir_consumer_lag` for every owned partition: the high watermark librdkafka last
+    /// saw (or the end offset read at assignment) minus the offset that would be committed.
+    pub(super) fn update_lag(&self, consumer: &WeirConsumer) {
+        for (t, parts) in &self.lanes {
+            for (p, lane) in parts {
+                let next = match (&lane.watermark, lane.start) {
+                    (Some(w), _) => w.committable(),
+                    (None, Some(start)) => start,
+                    (None, None) => continue,
+                };
+                let high = crate::kafka::watermarks::cached_high(consumer, t, *p).or(lane.end);
+                if let Some(high) = high {
+                    self.metrics
+                        .consumer_lag
+                        .with_label_values(&[t.as_ref(), p.to_string().as_str()])
+                        .set((high - next).max(0));
+                }
+            }
+        }
+    }
+
     /// Commits every partition (or `only` these) whose watermark moved past its last commit:
     /// through `queue` (asynchronously), or synchronously, which also re-commits the rest so
     /// the broker confirms every offset.
@@ -280,12 +301,6 @@ impl State {
                 }
                 let _ = tpl.add_partition_offset(t, *p, Offset::Offset(next));
                 issued.push((t.clone(), *p, next));
-                if let Some(end) = lane.end {
-                    self.metrics
-                        .consumer_lag
-                        .with_label_values(&[t.as_ref(), p.to_string().as_str()])
-                        .set((end - next).max(0));
-                }
             }
         }
         if issued.is_empty() {
