@@ -90,6 +90,18 @@ static size_t OUT_COUNT, OUT_CAP;
 static char *REASON;
 static size_t REASON_LEN;
 
+/* The current input's headers as `weir_header`s, reused by both exports. */
+static weir_header *IN_HEADERS;
+static size_t IN_HEADER_CAP;
+
+static weir_header *in_headers(size_t n) {
+    if (n > IN_HEADER_CAP) {
+        IN_HEADER_CAP = n;
+        IN_HEADERS = xrealloc(IN_HEADERS, n * sizeof *IN_HEADERS);
+    }
+    return IN_HEADERS;
+}
+
 static void set_buf(buf *b, const void *p, size_t n) {
     free(b->ptr);
     b->some = p != NULL;
@@ -126,20 +138,25 @@ weir_out *weir_emit(void) {
     return o;
 }
 
+/* Appends a header with copies of the key (never absent) and value bytes. */
+static void push_header(weir_out *o, const void *key, size_t key_len, const void *value, size_t len) {
+    if (o->header_count == o->header_cap) {
+        o->header_cap = o->header_cap ? o->header_cap * 2 : 4;
+        o->headers = xrealloc(o->headers, o->header_cap * sizeof *o->headers);
+    }
+    out_header *h = &o->headers[o->header_count++];
+    memset(h, 0, sizeof *h);
+    set_buf(&h->key, key ? key : "", key_len);
+    set_buf(&h->value, value, len);
+}
+
 weir_out *weir_emit_copy(const weir_message *m) {
     weir_out *o = weir_emit();
     weir_out_key(o, m->key.ptr, m->key.len);
     weir_out_value(o, m->value.ptr, m->value.len);
     for (size_t i = 0; i < m->header_count; i++) {
         const weir_header *h = &m->headers[i];
-        if (o->header_count == o->header_cap) {
-            o->header_cap = o->header_cap ? o->header_cap * 2 : 4;
-            o->headers = xrealloc(o->headers, o->header_cap * sizeof *o->headers);
-        }
-        out_header *oh = &o->headers[o->header_count++];
-        memset(oh, 0, sizeof *oh);
-        set_buf(&oh->key, h->key.ptr ? h->key.ptr : (const uint8_t *)"", h->key.len);
-        set_buf(&oh->value, h->value.ptr, h->value.len);
+        push_header(o, h->key.ptr, h->key.len, h->value.ptr, h->value.len);
     }
     if (m->has_timestamp) weir_out_timestamp(o, m->timestamp);
     return o;
@@ -153,14 +170,7 @@ void weir_out_timestamp(weir_out *o, int64_t ms) {
     o->timestamp = ms;
 }
 void weir_out_header(weir_out *o, const char *key, const void *value, size_t len) {
-    if (o->header_count == o->header_cap) {
-        o->header_cap = o->header_cap ? o->header_cap * 2 : 4;
-        o->headers = xrealloc(o->headers, o->header_cap * sizeof *o->headers);
-    }
-    out_header *h = &o->headers[o->header_count++];
-    memset(h, 0, sizeof *h);
-    set_buf(&h->key, key, strlen(key));
-    set_buf(&h->value, value, len);
+    push_header(o, key, strlen(key), value, len);
 }
 
 weir_outcome weir_keep(void) { return (weir_outcome){WEIR_KEEP}; }
@@ -258,7 +268,7 @@ void exports_weir_stage_stage_process(exports_weir_stage_stage_message_t *in,
                                       exports_weir_stage_stage_metadata_t *meta,
                                       exports_weir_stage_stage_outcome_t *ret) {
     reset_call();
-    weir_header *headers = xrealloc(NULL, in->headers.len * sizeof *headers);
+    weir_header *headers = in_headers(in->headers.len);
     for (size_t i = 0; i < in->headers.len; i++) {
         headers[i].key = (weir_bytes){in->headers.ptr[i].key.ptr, in->headers.ptr[i].key.len};
         headers[i].value = opt_bytes(&in->headers.ptr[i].value);
@@ -275,7 +285,6 @@ void exports_weir_stage_stage_process(exports_weir_stage_stage_message_t *in,
         .offset = meta->offset,
     };
     weir_outcome out = weir_process(&msg);
-    free(headers);
     exports_weir_stage_stage_message_free(in);
     exports_weir_stage_stage_metadata_free(meta);
     switch (out.verdict) {
@@ -385,8 +394,6 @@ void exports_weir_stage_batch_process_batch(stage_fast_list_u8_t *input, stage_f
     writer w = {0};
     grow(&w, 4 + (size_t)count);
     w.len = 4 + (size_t)count; /* count and verdicts, filled in as answered */
-    weir_header *headers = NULL;
-    size_t header_cap = 0;
     uint32_t answered = 0;
     for (uint32_t i = 0; i < count; i++) {
         weir_message msg;
@@ -396,10 +403,7 @@ void exports_weir_stage_batch_process_batch(stage_fast_list_u8_t *input, stage_f
         uint32_t key_len = rd_u32(&r), value_len = rd_u32(&r), header_count = rd_u32(&r);
         msg.key = rd_bytes(&r, key_len);
         msg.value = rd_bytes(&r, value_len);
-        if (header_count > header_cap) {
-            header_cap = header_count;
-            headers = xrealloc(headers, header_cap * sizeof *headers);
-        }
+        weir_header *headers = in_headers(header_count);
         for (uint32_t h = 0; h < header_count; h++) {
             uint32_t hk = rd_u32(&r), hv = rd_u32(&r);
             headers[h].key = rd_bytes(&r, hk);
@@ -439,7 +443,6 @@ void exports_weir_stage_batch_process_batch(stage_fast_list_u8_t *input, stage_f
         if (out.verdict == WEIR_FAIL) break;
     }
     reset_call();
-    free(headers);
     if (answered < count) /* stopped at a fail: close the gap after the verdicts */
         memmove(w.p + 4 + answered, w.p + 4 + count, w.len - 4 - count);
     w.len -= count - answered;

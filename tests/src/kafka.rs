@@ -315,3 +315,14 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) 
     }
     p.flush(Duration::from_secs(30)).expect("flush");
 }
+
+/// The sum of the offsets a run report says were committed (`kafka.committed`), i.e. how many
+/// messages the run committed when every partition started at 0.
+pub fn committed_total(report: &serde_json::Value) -> i64 {
+    report["kafka"]["committed"]
+        .as_object()
+        .expect("a Kafka run report")
+        .values()
+        .map(|v| v.as_i64().expect("committed offsets are integers"))
+        .sum()
+}

@@ -365,12 +365,7 @@ fn the_kafka_quickstart_runs_on_the_embedded_broker_as_documented() {
         serde_json::from_str(&std::fs::read_to_string(s.path("out/kafka/report.json")).unwrap())
             .unwrap();
     assert_eq!(report["kafka"]["reached_end"], true);
-    let committed: i64 = report["kafka"]["committed"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_i64().unwrap())
-        .sum();
+    let committed = weir_tests::kafka::committed_total(&report);
     assert_eq!(committed, 8, "every offset committed: {report}");
 }
 

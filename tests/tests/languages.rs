@@ -403,12 +403,7 @@ fn all_four_languages_run_in_one_chain_on_kafka() {
             "{st}"
         );
     }
-    let committed: i64 = report["kafka"]["committed"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_i64().unwrap())
-        .sum();
+    let committed = weir_tests::kafka::committed_total(&report);
     assert_eq!(committed, 35, "every offset committed: {report}");
 }
 

@@ -64,6 +64,21 @@ pub(super) const SAMPLE: &str = r#"{"key": "1", "value": {"id": 1, "status": "pa
 {"key": "3", "value": "not json"}
 "#;
 
+/// The pipeline every scaffold gets: the sample in, the stage, stdout out, rejects to a file.
+/// `{{plugin}}` is the built component's path, `{{limits}}` extra stage lines (or nothing).
+pub(super) const PIPELINE: &str = r#"# Run with: weir run pipeline.yaml
+source:
+  jsonl: { path: sample.jsonl }
+stages:
+  - name: {{name}}
+    plugin: {{plugin}}
+    config: { field: status, equals: paid }{{limits}}
+sink:
+  stdout: {}
+reject:
+  jsonl: { path: rejected.jsonl }
+"#;
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.starts_with(|c: char| c.is_ascii_lowercase())

@@ -19,19 +19,6 @@ export WEIR="${WEIR:-{{weir}}}"
 {{sdk}}/weir-build-{{short}} {{source}} -o stage.wasm
 "#;
 
-const PIPELINE: &str = r#"# Run with: weir run pipeline.yaml
-source:
-  jsonl: { path: sample.jsonl }
-stages:
-  - name: {{name}}
-    plugin: stage.wasm
-    config: { field: status, equals: paid }{{limits}}
-sink:
-  stdout: {}
-reject:
-  jsonl: { path: rejected.jsonl }
-"#;
-
 const README: &str = r#"# {{name}}
 
 A Weir stage in {{lang}}. Build, try, run:
@@ -76,7 +63,10 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Path) -> std::io::Res
     std::fs::create_dir_all(root)?;
     std::fs::write(root.join(source), fill(text))?;
     std::fs::write(root.join("sample.jsonl"), super::SAMPLE)?;
-    std::fs::write(root.join("pipeline.yaml"), fill(PIPELINE))?;
+    std::fs::write(
+        root.join("pipeline.yaml"),
+        fill(super::PIPELINE).replace("{{plugin}}", "stage.wasm"),
+    )?;
     std::fs::write(root.join("README.md"), fill(README))?;
     std::fs::write(root.join(".gitignore"), "*.wasm\nrejected.jsonl\n")?;
     super::write_script(&root.join("build.sh"), &fill(BUILD_SH))

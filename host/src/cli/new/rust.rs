@@ -62,19 +62,6 @@ cargo build --release --target wasm32-wasip2
 echo "built ${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm"
 "#;
 
-const PIPELINE: &str = r#"# Run with: weir run pipeline.yaml
-source:
-  jsonl: { path: sample.jsonl }
-stages:
-  - name: {{name}}
-    plugin: target/wasm32-wasip2/release/{{crate}}.wasm
-    config: { field: status, equals: paid }
-sink:
-  stdout: {}
-reject:
-  jsonl: { path: rejected.jsonl }
-"#;
-
 const README: &str = r#"# {{name}}
 
 A Weir stage. Build, try, run:
@@ -100,7 +87,15 @@ pub fn scaffold(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
     std::fs::write(root.join("Cargo.toml"), cargo)?;
     std::fs::write(root.join("src/lib.rs"), fill(LIB_RS))?;
     std::fs::write(root.join("sample.jsonl"), super::SAMPLE)?;
-    std::fs::write(root.join("pipeline.yaml"), fill(PIPELINE))?;
+    std::fs::write(
+        root.join("pipeline.yaml"),
+        fill(super::PIPELINE)
+            .replace(
+                "{{plugin}}",
+                &fill("target/wasm32-wasip2/release/{{crate}}.wasm"),
+            )
+            .replace("{{limits}}", ""),
+    )?;
     std::fs::write(root.join("README.md"), fill(README))?;
     std::fs::write(root.join(".gitignore"), "/target\n")?;
     super::write_script(&root.join("build.sh"), &fill(BUILD_SH))
