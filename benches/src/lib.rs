@@ -1,6 +1,8 @@
 //! Shared pieces of Weir's benchmarks: the message set, stage specs and instances, measured
 //! through the same `StageInstance::process` the pipeline's drivers call.
 
+pub mod kafka;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -25,8 +25,11 @@ pub struct Metrics {
     pub consumed: IntCounter,
     /// Message bytes read and not yet fully handled.
     pub in_flight_bytes: IntGauge,
-    /// Partitions paused for backpressure.
+    /// Partitions not read because of backpressure (held or paused).
     pub paused_partitions: IntGauge,
+    /// Flow-control actions: `hold` (stop taking messages, librdkafka keeps its prefetch),
+    /// `pause` and `resume` (per partition).
+    pub flow_control: IntCounterVec,
     /// Per partition: committed offset.
     pub committed_offset: IntGaugeVec,
     /// Per partition: end offset minus committed offset.
@@ -127,7 +130,7 @@ impl Metrics {
                 &r,
                 IntGauge::new(
                     "weir_paused_partitions",
-                    "Partitions paused for backpressure.",
+                    "Partitions not read because of backpressure (held or paused).",
                 )
                 .expect("valid metric"),
             ),
@@ -140,6 +143,11 @@ impl Metrics {
                 "weir_consumer_lag",
                 "End offset minus committed offset, per partition.",
                 &["topic", "partition"],
+            ),
+            flow_control: counter_vec(
+                "weir_flow_control_total",
+                "Flow-control actions: hold (stop reading, prefetch kept), pause and resume (per partition).",
+                &["action"],
             ),
             rebalances: counter_vec(
                 "weir_rebalances_total",

@@ -556,7 +556,11 @@ fn a_slow_stage_pauses_the_partition_keeps_bytes_under_the_budget_and_resumes() 
         std::thread::sleep(Duration::from_millis(20));
     }
     wait_ok(c, "slow pipeline", &s, "slow.log");
-    assert!(paused_seen, "the partition was paused");
+    assert!(paused_seen, "the partition was held or paused");
+    assert!(
+        gauge(&last, "weir_flow_control_total{action=\"hold\"}").unwrap_or(0.0) >= 1.0,
+        "backpressure held reading:\n{last}"
+    );
     assert!(ready, "/readyz answered 200");
     // One message may go over before the pause (2 KB + per-message overhead).
     assert!(
@@ -641,6 +645,18 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(paused, "the partition paused while the sink was down");
+    let flow = |action: &str| {
+        let body = scrape(port, "/metrics").1;
+        gauge(
+            &body,
+            &format!("weir_flow_control_total{{action=\"{action}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    // A stall that outlasts the hold (0.5 s) becomes a real pause: librdkafka's prefetch is
+    // released and the consumer keeps polling for the group.
+    assert!(flow("hold") >= 1.0, "held first");
+    assert!(flow("pause") >= 1.0, "then paused");
     let (first, last) = (consumed[0], *consumed.last().unwrap());
     assert!(
         last <= first + 8.0,
@@ -676,6 +692,7 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
     }
     std::thread::sleep(Duration::from_millis(300)); // one more commit tick for the gauge
     assert_eq!(gauge(&scrape(port, "/metrics").1, lag_metric), Some(0.0));
+    assert!(flow("resume") >= 1.0, "resumed once the sink came back");
     sigterm(&c);
     wait_ok(c, "stalled-sink pipeline", &s, "stall.log");
     let out = sink.read("out");

@@ -185,6 +185,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     let copts = ControllerOptions {
         lane_capacity: cfg.batch.max_messages.saturating_mul(4).max(64),
         max_in_flight: cfg.runtime.max_in_flight.bytes(),
+        hold: Duration::from_millis(500),
         revoke_timeout: src.revoke_timeout,
         commit_interval: src.commit_interval,
         stop_at_end: src.stop_at_end,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Select, Sender};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
@@ -73,6 +73,9 @@ pub struct ControllerOptions {
     pub lane_capacity: usize,
     /// Byte budget for read, not fully handled messages.
     pub max_in_flight: usize,
+    /// How long pressure (budget spent, a lane backed up) stops reading before it pauses
+    /// partitions instead.
+    pub hold: Duration,
     /// How long a revoke waits for in-flight messages.
     pub revoke_timeout: Duration,
     /// How often to commit.
@@ -217,7 +220,8 @@ pub fn consumer(
         producers,
         opts,
         in_flight: 0,
-        budget_paused: false,
+        budget_spent: false,
+        held_since: None,
         metrics: metrics.clone(),
         read: 0,
         stopping: false,
@@ -257,15 +261,24 @@ impl Controller {
             )
         };
         let queue = CommitQueue::new(&consumer, ctx.confirmed.clone());
+        let completions = lock(&ctx.state).completions.clone();
         let mut last_commit = Instant::now();
         let mut last_end_check = Instant::now();
         loop {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            // A burst of messages, each dispatched under the lock (callbacks run in poll, unlocked).
+            // A burst of messages, each dispatched under the lock (callbacks run in poll,
+            // unlocked) — unless flow control holds: then wait for completions instead.
+            let reading = lock(&ctx.state).reading();
+            if !reading {
+                let mut sel = Select::new();
+                sel.recv(&completions);
+                sel.recv(&events);
+                let _ = sel.ready_timeout(Duration::from_millis(2));
+            }
             let mut timeout = Duration::from_millis(10);
-            for _ in 0..1024 {
+            for _ in 0..if reading { 1024 } else { 0 } {
                 match consumer.poll(timeout) {
                     Some(Ok(m)) => {
                         let mut s = lock(&ctx.state);

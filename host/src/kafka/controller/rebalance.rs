@@ -128,7 +128,8 @@ impl State {
                 continue;
             }
             self.drivers[driver].lanes += 1;
-            if self.budget_paused {
+            let paused = self.budget_paused();
+            if paused {
                 pause.push(k.clone());
             }
             let old = self.lanes.entry(k.topic.clone()).or_default().insert(
@@ -140,7 +141,8 @@ impl State {
                     watermark: None,
                     bytes: VecDeque::new(),
                     overflow: VecDeque::new(),
-                    paused: self.budget_paused,
+                    paused,
+                    slow_until: None,
                     end: None,
                     start: None,
                 },

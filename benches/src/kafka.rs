@@ -1,0 +1,70 @@
+//! The Kafka end-to-end set-up shared by `benches/kafka.rs` (criterion, wall time) and
+//! `examples/kafka_cpu.rs` (wall and CPU time per drain): one topic of [`N`] messages in an
+//! embedded broker, drained through the whole pipeline with a fresh consumer group.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use weir::kafka::embedded::EmbeddedBroker;
+use weir::pipeline::{self, RunOptions};
+
+/// Messages in the topic (8 partitions × ~4 MB stays under the mock cluster's retention).
+pub const N: usize = 200_000;
+/// Partitions of the input and output topics.
+pub const PARTITIONS: i32 = 8;
+
+static GROUP: AtomicUsize = AtomicUsize::new(0);
+
+/// Starts a one-broker embedded cluster with `in` (seeded with [`N`] ~100-byte JSON values)
+/// and `out`.
+pub fn broker() -> EmbeddedBroker {
+    let broker = EmbeddedBroker::start(1).expect("broker");
+    broker.create_topic("in", PARTITIONS).expect("topic");
+    broker.create_topic("out", PARTITIONS).expect("topic");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("in.jsonl");
+    let mut text = String::with_capacity(N * 140);
+    for i in 0..N {
+        let v = format!(
+            r#"{{\"id\":{i},\"status\":\"paid\",\"region\":\"eu\",\"pad\":\"{}\"}}"#,
+            "x".repeat(48)
+        );
+        text.push_str(&format!("{{\"key\":\"key-{i:05}\",\"value\":\"{v}\"}}\n"));
+    }
+    std::fs::write(&path, text).expect("seed file");
+    assert_eq!(broker.seed_jsonl("in", &path).expect("seeded"), N as u64);
+    broker
+}
+
+/// The pipeline: `in` → `stages` copies of `plugin` on `drivers` drivers → `out`, with a
+/// fresh group, stopping at the end of the topic.
+pub fn yaml(bootstrap: &str, plugin: &str, stages: usize, drivers: usize) -> String {
+    let group = GROUP.fetch_add(1, Ordering::Relaxed);
+    let mut s = format!(
+        "source:\n  kafka:\n    brokers: {bootstrap}\n    topics: [in]\n    group: bench-{group}\n    stop_at_end: true\n    properties:\n      fetch.wait.max.ms: 10\n"
+    );
+    if stages == 0 {
+        s.push_str("stages: []\n");
+    } else {
+        s.push_str("stages:\n");
+    }
+    for i in 0..stages {
+        s.push_str(&format!("  - name: pass{i}\n    plugin: {plugin}\n"));
+    }
+    s.push_str(&format!(
+        "sink:\n  kafka:\n    brokers: {bootstrap}\n    topic: out\nruntime:\n  drivers: {drivers}\n  watch_plugins: false\n"
+    ));
+    s
+}
+
+/// One drain of the topic: the time spent consuming (the report's `consuming_ms`: from the
+/// first message read to the end, so start-up and group join are not counted).
+pub fn drain(yaml: &str) -> Duration {
+    let cfg = weir::config::load_str(std::path::Path::new("bench.yaml"), yaml, &|_| None)
+        .expect("bench pipeline");
+    let report = pipeline::run(&cfg, &RunOptions::default()).expect("pipeline runs");
+    assert_eq!(report.read as usize, N, "drained the whole topic");
+    let k = report.kafka.expect("kafka report");
+    assert!(k.reached_end);
+    Duration::from_secs_f64(k.consuming_ms / 1e3)
+}
