@@ -502,7 +502,7 @@ fn gauge(body: &str, name: &str) -> Option<f64> {
 }
 
 #[test]
-fn a_slow_stage_pauses_the_partition_keeps_bytes_under_the_budget_and_resumes() {
+fn a_slow_stage_holds_the_partition_keeps_bytes_under_the_budget_and_resumes() {
     let b = Broker::start(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
     let pad = "x".repeat(2000);
     // `slow` spins 20 ms per message; the padding makes each ~2 KB.

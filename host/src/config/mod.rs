@@ -337,8 +337,8 @@ pub struct RuntimeConfig {
     /// The cores drivers are pinned to, in driver order (implies `pin`).
     #[serde(default)]
     pub cores: Option<Vec<usize>>,
-    /// Most message bytes read but not yet fully handled. Above it partitions are paused;
-    /// they resume below half of it.
+    /// Most message bytes read but not yet fully handled. Above it reading holds (and the
+    /// partitions pause if that lasts over 0.5 s); it resumes below half of it.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: ByteSize,
     /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on this address (`127.0.0.1:9464`).
