@@ -46,13 +46,18 @@ fn every_message_comes_out_transformed_filtered_or_in_the_dlq_and_offsets_are_co
 /// sets `WEIR_TANSU_BIN`.
 #[test]
 fn an_independent_broker_tansu_carries_the_same_pipeline_end_to_end() {
+    // tansu 0.6 answers end-offset queries with stale values, so `stop_at_end` cannot be
+    // trusted there: run until everything is out, then SIGTERM (a clean drain).
+    end_to_end(&tansu(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
+}
+
+/// tansu (an independent Kafka implementation) with these topics. `scripts/test` installs it
+/// (cached) and sets `WEIR_TANSU_BIN`; without it the tansu tests fail, they are not skipped.
+fn tansu(topics: &[(&str, i32)]) -> Broker {
     let bin = std::env::var("WEIR_TANSU_BIN").expect(
         "WEIR_TANSU_BIN is not set: run the tests with ./scripts/test (it installs tansu), or set it",
     );
-    let b = Broker::tansu(&bin, &[("in", 3), ("out", 3), ("dlq", 1)]);
-    // tansu 0.6 answers end-offset queries with stale values, so `stop_at_end` cannot be
-    // trusted there: run until everything is out, then SIGTERM (a clean drain).
-    end_to_end(&b, false);
+    Broker::tansu(&bin, topics)
 }
 
 /// The pipeline of the end-to-end tests over `b`; with `at_end` it stops by itself
@@ -187,7 +192,22 @@ fn end_to_end(b: &Broker, at_end: bool) {
 
 #[test]
 fn a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets_it_again() {
-    let b = Broker::start(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    stage_fail(
+        &Broker::start(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]),
+        true,
+    );
+}
+
+#[test]
+fn on_tansu_a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets_it_again()
+{
+    stage_fail(&tansu(&[("in", 1), ("out", 1), ("dlq", 1)]), false);
+}
+
+/// 40 messages, the 26th makes the stage `fail`: twice in a row the run exits 1 with the
+/// failure in its report, 25 is committed (not past it) and exactly the 25 before it came out.
+/// The failure ends the run whether or not it would stop at the end (`at_end`).
+fn stage_fail(b: &Broker, at_end: bool) {
     let input = records(40, 1, |i| {
         if i == 25 {
             "fail".into()
@@ -203,7 +223,7 @@ fn a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets
             &b.bootstrap,
             "g-fail",
             &stage("m", MISBEHAVE, &[]),
-            "    stop_at_end: true",
+            if at_end { "    stop_at_end: true" } else { "" },
             "",
         ),
     );
@@ -242,9 +262,8 @@ fn trickle(
     chunks: usize,
     every: Duration,
 ) -> std::thread::JoinHandle<()> {
-    let bootstrap = b.bootstrap.clone();
+    let client = b.producer();
     std::thread::spawn(move || {
-        let client = Broker::client_for(&bootstrap);
         let per = records.len().div_ceil(chunks);
         for chunk in records.chunks(per) {
             client.produce(topic, chunk);
@@ -300,10 +319,24 @@ fn drain_to_end(b: &Broker, s: &Scratch, group: &str, stages: &str) {
 
 #[test]
 fn kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_uncommitted() {
-    let b = Broker::start(WEIR, &[("in", 3), ("out", 3), ("dlq", 1)]);
+    kill_9_and_restart(
+        &Broker::start(WEIR, &[("in", 3), ("out", 3), ("dlq", 1)]),
+        true,
+    );
+}
+
+#[test]
+fn on_tansu_kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_uncommitted() {
+    kill_9_and_restart(&tansu(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
+}
+
+/// Killed during start-up, then twice mid-stream, while the input trickles in; then one run to
+/// the end (`stop_at_end` with `at_end`, else until every input is out, then SIGTERM): every
+/// input came out, and a duplicate only from above the offset committed at the first kill.
+fn kill_9_and_restart(b: &Broker, at_end: bool) {
     let n = 3000;
     let producer = trickle(
-        &b,
+        b,
         "in",
         records(n, 3, |i| format!("v-{i}")),
         40,
@@ -330,7 +363,7 @@ fn kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_unco
                     break;
                 }
                 let ends: Vec<Option<i64>> =
-                    high_watermarks(&b, "in", 3).into_iter().map(Some).collect();
+                    high_watermarks(b, "in", 3).into_iter().map(Some).collect();
                 if producer.is_finished() && now == ends {
                     break;
                 }
@@ -355,7 +388,29 @@ fn kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_unco
         floor.iter().any(Option::is_some),
         "something was committed before a kill"
     );
-    drain_to_end(&b, &s, "g-kill", &stages);
+    if at_end {
+        drain_to_end(b, &s, "g-kill", &stages);
+    } else {
+        let c = spawn_weir(&s, "p.yaml", "last.log");
+        let want: BTreeSet<String> = b.read("in").into_iter().map(|r| r.value).collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let got: BTreeSet<String> = b.read("out").into_iter().map(|r| r.value).collect();
+            if want.is_subset(&got) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the last run did not catch up");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        sigterm(&c);
+        wait_ok(c, "the last run", &s, "last.log");
+        let ends: Vec<Option<i64>> = high_watermarks(b, "in", 3).into_iter().map(Some).collect();
+        assert_eq!(
+            b.committed("g-kill", "in", 3),
+            ends,
+            "all committed at SIGTERM"
+        );
+    }
 
     let source = b.read("in");
     let outs = b.read("out");
