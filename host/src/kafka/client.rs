@@ -24,9 +24,9 @@ pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
         )
         // librdkafka's own prefetch is bounded too (the byte budget covers what Weir holds).
         .set("queued.max.messages.kbytes", "16384")
-        // Weir pauses partitions itself (lane full, byte budget), and a pause empties
-        // librdkafka's fetch queue; its default 1 s fetch back-off after the queue was full
-        // then left resumed partitions idle for up to a second (measured: ~0.85 s stalls).
+        // While flow control holds, Weir stops taking messages and this prefetch fills up;
+        // librdkafka then waits this long before fetching again (default 1 s), which would
+        // leave the pipeline idle for up to a second after every hold.
         .set("fetch.queue.backoff.ms", "10")
         .set("log_level", "4");
     for (k, v) in &src.properties {

@@ -239,6 +239,30 @@ pub fn consumer(
     })
 }
 
+/// Up to 1024 messages, each dispatched under the lock (callbacks run in poll, unlocked); stops
+/// early at the byte budget, an end of partition, an error or an empty poll.
+fn read_burst(consumer: &WeirConsumer, ctx: &WeirConsumerContext) {
+    let mut timeout = Duration::from_millis(10);
+    for _ in 0..1024 {
+        match consumer.poll(timeout) {
+            Some(Ok(m)) => {
+                let mut s = lock(&ctx.state);
+                s.dispatch(&m);
+                if s.in_flight > s.opts.max_in_flight {
+                    break; // flow control holds before reading more
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => {
+                tracing::warn!("consume: {e}");
+                break;
+            }
+            None => break,
+        }
+        timeout = Duration::ZERO;
+    }
+}
+
 impl Controller {
     /// The poll loop, then the shutdown sequence. Returns when everything is committed.
     pub fn run(self) -> ControllerOutcome {
@@ -268,33 +292,14 @@ impl Controller {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            // A burst of messages, each dispatched under the lock (callbacks run in poll,
-            // unlocked) — unless flow control holds: then wait for completions instead.
-            let reading = lock(&ctx.state).reading();
-            if !reading {
+            // Take a burst of messages, unless flow control holds: then wait for completions.
+            if lock(&ctx.state).reading() {
+                read_burst(&consumer, &ctx);
+            } else {
                 let mut sel = Select::new();
                 sel.recv(&completions);
                 sel.recv(&events);
                 let _ = sel.ready_timeout(Duration::from_millis(2));
-            }
-            let mut timeout = Duration::from_millis(10);
-            for _ in 0..if reading { 1024 } else { 0 } {
-                match consumer.poll(timeout) {
-                    Some(Ok(m)) => {
-                        let mut s = lock(&ctx.state);
-                        s.dispatch(&m);
-                        if s.in_flight > s.opts.max_in_flight {
-                            break; // pause before reading more
-                        }
-                    }
-                    Some(Err(KafkaError::PartitionEOF(_))) => break,
-                    Some(Err(e)) => {
-                        tracing::warn!("consume: {e}");
-                        break;
-                    }
-                    None => break,
-                }
-                timeout = Duration::ZERO;
             }
             while let Ok(ev) = events.try_recv() {
                 match ev {
