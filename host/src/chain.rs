@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
-use crate::reload::StageSlot;
+use crate::engine::StageSlot;
 
 /// Outcome counts of one stage.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -240,15 +240,29 @@ impl Chain {
         self.stages.is_empty()
     }
 
-    /// Per stage, in chain order: name, outcome counts, sandbox events (borrowed: cheap
-    /// enough to read after every batch).
-    pub fn counts(
-        &self,
-    ) -> impl ExactSizeIterator<Item = (&str, &StageCounts, &crate::engine::SandboxStats)> + '_
-    {
-        self.stages
-            .iter()
-            .map(|s| (&*s.slot.spec.name, &s.counts, &s.instance.stats))
+    /// Stage names in chain order.
+    pub fn names(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.stages.iter().map(|s| &*s.slot.spec.name)
+    }
+
+    /// Per stage, in chain order: name and tally for the metrics (keep, next, dropped,
+    /// reject, fail, traps, timeouts); cheap enough to read after every batch.
+    pub fn tallies(&self) -> impl ExactSizeIterator<Item = (&str, [u64; 7])> + '_ {
+        self.stages.iter().map(|s| {
+            let (c, sandbox) = (&s.counts, &s.instance.stats);
+            (
+                &*s.slot.spec.name,
+                [
+                    c.keep,
+                    c.next,
+                    c.dropped,
+                    c.rejected,
+                    c.failed,
+                    sandbox.traps,
+                    sandbox.timeouts,
+                ],
+            )
+        })
     }
 
     /// Per-stage counts and sandbox events, in chain order.

@@ -3,15 +3,18 @@
 //! See `docs/ARCHITECTURE.md` for the thread anatomy, the data path, the stage contract and
 //! the hot-swap protocol. The modules, in data-path order:
 //!
-//! * [`config`] — the pipeline YAML (and its JSON Schema),
-//! * [`source`] — where messages come from (JSONL file, stdin),
-//! * [`engine`] — the wasmtime engine, compiled-component cache, plugins and stage instances,
+//! * [`config`] — the pipeline YAML (and its JSON Schema); each source and sink config builds
+//!   its component,
+//! * [`source`] — where messages come from (Kafka, JSONL file, stdin) behind one `Source` trait,
+//! * [`engine`] — the wasmtime engine, compiled-component cache, plugins, stage slots and
+//!   instances,
 //! * [`chain`] — one batch through every stage in order,
-//! * [`sink`] — where messages go (JSONL file, stdout, discard) and the reject path,
-//! * [`pipeline`] — the threads that tie them together, signals, the run summary,
-//! * [`kafka`] — the Kafka runtime: controller, lanes, drivers, producer, commits, rebalance,
-//! * [`metrics`] — Prometheus metrics and the health endpoints,
+//! * [`sink`] — where results go (Kafka, JSONL file, stdout, discard) behind one `Sink` trait,
+//! * [`runtime`] — the one runtime: controller, lanes, drivers, flow control, commits, shutdown,
+//! * [`kafka`] — librdkafka plumbing shared by the Kafka source and sink, and the embedded broker,
+//! * [`metrics`] — Prometheus metrics and the health endpoints (a leaf everything reports into),
 //! * [`reload`] — hot swap of plugins while the pipeline runs,
+//! * [`report`] — the exit report,
 //! * [`cli`] — the `weir` subcommands.
 #![deny(unsafe_code)]
 
@@ -23,9 +26,8 @@ pub mod jsonl;
 pub mod kafka;
 pub mod message;
 pub mod metrics;
-pub mod pipeline;
 pub mod reload;
 pub mod report;
+pub mod runtime;
 pub mod sink;
 pub mod source;
-pub mod watermark;

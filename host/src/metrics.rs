@@ -1,4 +1,5 @@
-//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` listener.
+//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` listener. A leaf: the rest of
+//! Weir reports into it; it depends on nothing of Weir's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -196,29 +197,23 @@ impl Metrics {
         buf
     }
 
-    /// Adds one driver's stage counts since the last call (`last` holds the previous values).
+    /// Sets `weir_plugin_info` to the running plugin version (short hash) of every stage.
+    pub fn set_plugins<'a>(&self, plugins: impl Iterator<Item = (&'a str, &'a str)>) {
+        self.plugin_info.reset();
+        for (stage, hash) in plugins {
+            self.plugin_info.with_label_values(&[stage, hash]).set(1);
+        }
+    }
+
+    /// Adds one driver's stage tallies since the last call (`last` holds the previous ones).
+    /// A tally is, in order: keep, next, dropped, reject, fail, traps, timeouts.
     pub fn add_stage_counts<'a>(
         &self,
-        stages: impl ExactSizeIterator<
-            Item = (
-                &'a str,
-                &'a crate::chain::StageCounts,
-                &'a crate::engine::SandboxStats,
-            ),
-        >,
+        stages: impl ExactSizeIterator<Item = (&'a str, [u64; 7])>,
         last: &mut Vec<[u64; 7]>,
     ) {
         last.resize(stages.len(), [0; 7]);
-        for ((name, c, sandbox), prev) in stages.zip(last.iter_mut()) {
-            let now = [
-                c.keep,
-                c.next,
-                c.dropped,
-                c.rejected,
-                c.failed,
-                sandbox.traps,
-                sandbox.timeouts,
-            ];
+        for ((name, now), prev) in stages.zip(last.iter_mut()) {
             let outcomes = ["keep", "next", "dropped", "reject", "fail"];
             for (i, outcome) in outcomes.iter().enumerate() {
                 if now[i] > prev[i] {
@@ -242,11 +237,21 @@ impl Metrics {
     }
 }
 
+/// The metrics listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("metrics listener {addr}: {reason}")]
+pub struct ListenError {
+    addr: String,
+    reason: String,
+}
+
 /// Serves the metrics on `addr` from a background thread. `/readyz` answers 200 once
 /// `ready` is set.
-pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<(), String> {
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| format!("metrics listener {addr}: {e}"))?;
+pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<(), ListenError> {
+    let server = tiny_http::Server::http(addr).map_err(|e| ListenError {
+        addr: addr.to_owned(),
+        reason: e.to_string(),
+    })?;
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
     std::thread::Builder::new()
         .name("weir-metrics".into())

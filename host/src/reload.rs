@@ -4,53 +4,14 @@
 //! step is refused with a log line and the old one keeps running.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use notify::{RecursiveMode, Watcher};
 
-use crate::engine::{Plugin, StageInstance, StageSpec, WeirEngine};
+use crate::engine::{StageInstance, StageSlot, WeirEngine};
 use crate::metrics::Metrics;
-
-/// The published plugin version of one stage, shared by every driver.
-pub struct StageSlot {
-    /// The stage's settings.
-    pub spec: Arc<StageSpec>,
-    /// The plugin file.
-    pub path: PathBuf,
-    current: Mutex<Arc<Plugin>>,
-    generation: AtomicU64,
-}
-
-impl StageSlot {
-    /// A slot holding `plugin`.
-    pub fn new(spec: Arc<StageSpec>, path: PathBuf, plugin: Arc<Plugin>) -> Self {
-        StageSlot {
-            spec,
-            path,
-            current: Mutex::new(plugin),
-            generation: AtomicU64::new(0),
-        }
-    }
-
-    /// Bumped on every publish; drivers compare it at batch boundaries (one atomic load).
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// The current version and its generation.
-    pub fn current(&self) -> (u64, Arc<Plugin>) {
-        let p = self.current.lock().expect("slot lock").clone();
-        (self.generation(), p)
-    }
-
-    fn publish(&self, plugin: Arc<Plugin>) {
-        *self.current.lock().expect("slot lock") = plugin;
-        self.generation.fetch_add(1, Ordering::AcqRel);
-    }
-}
 
 /// What to reload.
 #[derive(Debug, Clone)]
@@ -87,7 +48,7 @@ impl Reloader {
         slots: Vec<Arc<StageSlot>>,
         watch: bool,
         (tx, rx): (Sender<ReloadRequest>, Receiver<ReloadRequest>),
-        metrics: Option<Arc<Metrics>>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let watcher = if watch {
             start_watcher(&slots, tx.clone())
@@ -101,7 +62,7 @@ impl Reloader {
         }
         let handle = std::thread::Builder::new()
             .name("weir-reload".into())
-            .spawn(move || reload_loop(&engine, &slots, &rx, metrics.as_deref()))
+            .spawn(move || reload_loop(&engine, &slots, &rx, &metrics))
             .expect("spawning the reloader");
         Reloader {
             tx,
@@ -173,7 +134,7 @@ fn reload_loop(
     engine: &WeirEngine,
     slots: &[Arc<StageSlot>],
     rx: &Receiver<ReloadRequest>,
-    metrics: Option<&Metrics>,
+    metrics: &Metrics,
 ) -> ReloadStats {
     let mut stats = ReloadStats::default();
     while let Ok(first) = rx.recv() {
@@ -188,18 +149,12 @@ fn reload_loop(
             });
             if wanted {
                 let result = reload_one(engine, slot, &mut stats);
-                if let Some(m) = metrics {
-                    let stage = &*slot.spec.name;
-                    m.reloads.with_label_values(&[stage, result]).inc();
-                    if result == "published" {
-                        m.plugin_info.reset();
-                        for s in slots {
-                            let (_, p) = s.current();
-                            m.plugin_info
-                                .with_label_values(&[&*s.spec.name, p.short_hash()])
-                                .set(1);
-                        }
-                    }
+                metrics
+                    .reloads
+                    .with_label_values(&[&slot.spec.name, result])
+                    .inc();
+                if result == "published" {
+                    crate::engine::publish_plugin_info(slots, metrics);
                 }
             }
         }

@@ -51,8 +51,20 @@ pub struct RunReport {
     pub written: u64,
     /// Messages written to the reject path.
     pub rejected: u64,
-    /// Highest source offset such that it and everything below it was fully handled.
-    pub done_through_offset: Option<i64>,
+    /// Committed offset per `topic/partition` (a local source has one, `TOPIC/0`): the next
+    /// offset to read; everything below it was fully handled. For Kafka, as the broker
+    /// confirmed.
+    pub committed: std::collections::BTreeMap<String, i64>,
+    /// Partition assignments and revocations.
+    pub rebalances: u64,
+    /// Completions from an older assignment, ignored.
+    pub stale_completions: u64,
+    /// The source was drained to its end (always, for a local source read to its end).
+    pub reached_end: bool,
+    /// Milliseconds from the first message read until consuming stopped.
+    pub consuming_ms: f64,
+    /// Batches the drivers ran (messages read / batches = the mean batch size).
+    pub batches: u64,
     /// Per stage, in chain order.
     pub stages: Vec<StageReport>,
     /// Plugin reloads.
@@ -61,26 +73,6 @@ pub struct RunReport {
     pub failure: Option<Failure>,
     /// Set when a sink or the source broke.
     pub error: Option<String>,
-    /// Kafka source: commits and rebalances.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kafka: Option<KafkaReport>,
-}
-
-/// What a Kafka run committed.
-#[derive(Debug, Clone, Serialize)]
-pub struct KafkaReport {
-    /// Committed offset (the next to read) per `topic/partition`, as the broker confirmed.
-    pub committed: std::collections::BTreeMap<String, i64>,
-    /// Rebalance callbacks (assign and revoke).
-    pub rebalances: u64,
-    /// Completions from an older assignment, ignored.
-    pub stale_completions: u64,
-    /// The source was drained to its end (`stop_at_end`).
-    pub reached_end: bool,
-    /// Milliseconds from the first message read until consuming stopped.
-    pub consuming_ms: f64,
-    /// Batches the drivers ran (messages read / batches = the mean batch size).
-    pub batches: u64,
 }
 
 impl RunReport {
@@ -122,18 +114,16 @@ impl RunReport {
         if let Some(e) = &self.error {
             s.push_str(&format!("  error: {e}\n"));
         }
-        if let Some(k) = &self.kafka {
-            let c: Vec<String> = k
-                .committed
-                .iter()
-                .map(|(p, o)| format!("{p}@{o}"))
-                .collect();
-            s.push_str(&format!(
-                "  committed {}  ({} rebalance callbacks)\n",
-                c.join(" "),
-                k.rebalances
-            ));
-        }
+        let c: Vec<String> = self
+            .committed
+            .iter()
+            .map(|(p, o)| format!("{p}@{o}"))
+            .collect();
+        s.push_str(&format!(
+            "  committed {}  ({} assignments and revocations)\n",
+            c.join(" "),
+            self.rebalances
+        ));
         s
     }
 }

@@ -8,7 +8,7 @@ pub fn check(path: &Path) -> ExitCode {
         Ok(c) => c,
         Err(e) => return super::bad_input(e),
     };
-    let prepared = match crate::pipeline::prepare(&cfg) {
+    let prepared = match crate::runtime::prepare(&cfg) {
         Ok(p) => p,
         Err(e) => return super::bad_input(e),
     };

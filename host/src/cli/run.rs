@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
 use crate::kafka::embedded::EmbeddedBroker;
-use crate::pipeline::{self, RunOptions};
+use crate::runtime::{self, RunOptions};
 use crate::report::ExitState;
 
 /// Arguments of `weir run`.
@@ -50,8 +50,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     let opts = RunOptions {
         report: args.report.clone(),
+        progress: !args.json,
     };
-    match pipeline::run(&cfg, &opts) {
+    match runtime::run(&cfg, &opts) {
         Ok(report) => {
             if let (Some(b), Some(dir)) = (&broker, &args.dump) {
                 if let Err(e) = dump(b, &cfg, dir) {
@@ -80,18 +81,18 @@ fn embedded(cfg: &mut PipelineConfig, args: &RunArgs) -> Result<EmbeddedBroker, 
     let broker = EmbeddedBroker::start(1).map_err(|e| e.to_string())?;
     let bootstrap = broker.bootstrap().to_owned();
     let mut topics = Vec::new();
-    match &mut cfg.source {
-        SourceConfig::Kafka(k) => {
-            k.brokers = bootstrap.clone();
-            topics.extend(k.topics.iter().cloned());
-        }
-        _ => return Err("--embedded-broker needs a `source: kafka` pipeline".into()),
+    if let SourceConfig::Kafka(k) = &mut cfg.source {
+        k.brokers = bootstrap.clone();
+        topics.extend(k.topics.iter().cloned());
     }
     for s in std::iter::once(&mut cfg.sink).chain(cfg.reject.as_mut()) {
         if let SinkConfig::Kafka(k) = s {
             k.brokers = bootstrap.clone();
             topics.push(k.topic.clone());
         }
+    }
+    if topics.is_empty() {
+        return Err("--embedded-broker needs a pipeline with a Kafka source, sink or reject path".into());
     }
     for t in &topics {
         broker
@@ -110,12 +111,13 @@ fn embedded(cfg: &mut PipelineConfig, args: &RunArgs) -> Result<EmbeddedBroker, 
 
 /// Writes every topic other than the sources to `dir/TOPIC.jsonl`.
 fn dump(broker: &EmbeddedBroker, cfg: &PipelineConfig, dir: &Path) -> Result<(), String> {
-    let SourceConfig::Kafka(src) = &cfg.source else {
-        return Ok(());
+    let sources: &[String] = match &cfg.source {
+        SourceConfig::Kafka(k) => &k.topics,
+        _ => &[],
     };
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for topic in broker.topics().map_err(|e| e.to_string())? {
-        if src.topics.contains(&topic) || topic.starts_with("__") {
+        if sources.contains(&topic) || topic.starts_with("__") {
             continue;
         }
         let msgs = broker.read_topic(&topic).map_err(|e| e.to_string())?;

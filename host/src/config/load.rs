@@ -242,11 +242,6 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
                 ));
             }
         }
-    } else if cfg.runtime.drivers > 1 {
-        return Err((
-            line_of(text, "drivers:"),
-            "field `runtime.drivers`: more than one driver needs a Kafka source (a local source is one lane)".into(),
-        ));
     }
     if cfg.batch.max_messages == 0 {
         return Err((

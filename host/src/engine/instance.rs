@@ -7,6 +7,7 @@ use std::time::Duration;
 use wasmtime::{Store, Trap};
 
 use super::bindings::{BatchGuest, StageGuest, WitHeader, WitMessage, WitMetadata, WitOutcome};
+use super::state::MemoryLimitExceeded;
 use super::{Plugin, StageState, WeirEngine, EPOCH_TICK};
 use crate::config::{ContractChoice, Grants, StageConfig, TrapPolicy};
 use crate::message::{Envelope, Header, Lane, Message};
@@ -426,14 +427,13 @@ impl StageInstance {
     /// Turns a trap into a reason naming the limit it hit, with the guest's stderr.
     fn describe(&mut self, err: &wasmtime::Error) -> String {
         self.stats.traps += 1;
-        let text = format!("{err:#}");
         let what = if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             self.stats.timeouts += 1;
             format!(
                 "deadline of {} exceeded",
                 humantime::format_duration(self.spec.timeout)
             )
-        } else if text.contains("growing memory") || text.contains("memory allocation failed") {
+        } else if err.downcast_ref::<MemoryLimitExceeded>().is_some() {
             self.stats.memory_exceeded += 1;
             format!(
                 "memory limit of {} exceeded",
@@ -454,18 +454,18 @@ impl StageInstance {
 
 /// What each emitted message counts towards `max_output` besides its payload, so that a flood
 /// of empty messages is capped too.
-const MESSAGE_OVERHEAD: usize = 32;
+const OUTPUT_MESSAGE_COST: usize = 32;
 
-/// `max_output` size of a typed `next` answer: payload plus [`MESSAGE_OVERHEAD`] per message.
+/// `max_output` size of a typed `next` answer: payload plus [`OUTPUT_MESSAGE_COST`] per message.
 fn output_len(msgs: &[Message]) -> usize {
-    msgs.iter().map(|m| m.byte_len() + MESSAGE_OVERHEAD).sum()
+    msgs.iter().map(|m| m.byte_len() + OUTPUT_MESSAGE_COST).sum()
 }
 
 /// `max_output` size of a packed `next` answer, counted as [`output_len`] counts it.
 fn payload_len(msgs: &weir_abi::OutMessages<'_>) -> usize {
     msgs.iter()
         .map(|o| {
-            MESSAGE_OVERHEAD
+            OUTPUT_MESSAGE_COST
                 + o.key.map_or(0, <[u8]>::len)
                 + o.value.map_or(0, <[u8]>::len)
                 + o.topic.map_or(0, str::len)

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -20,7 +19,7 @@ const MAX_LOG_LINE: usize = 4 << 10;
 pub struct StageState {
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: MemoryCap,
     stderr: MemoryOutputPipe,
     stage: Arc<str>,
 }
@@ -58,13 +57,7 @@ impl StageState {
         Ok(StageState {
             wasi,
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(memory)
-                .instances(64)
-                .tables(64)
-                .memories(64)
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: MemoryCap { cap: memory },
             stderr,
             stage,
         })
@@ -114,3 +107,68 @@ impl LogHost for StageState {
 }
 
 impl super::bindings::weir::stage::types::Host for StageState {}
+
+/// A stage's linear memory grew past its cap: the typed error inside the trap, so the host
+/// recognises a memory trap by its type, not by the text of wasmtime's message.
+#[derive(Debug, thiserror::Error)]
+#[error("memory limit of {cap} bytes exceeded (asked for {desired})")]
+pub struct MemoryLimitExceeded {
+    /// The cap.
+    pub cap: usize,
+    /// What the guest asked for in all.
+    pub desired: usize,
+}
+
+/// The store's resource limiter: linear memory up to `cap` bytes; growing past it traps with
+/// [`MemoryLimitExceeded`] (a guest allocator would otherwise see a failed grow and abort in a
+/// way that looks like a panic).
+pub struct MemoryCap {
+    cap: usize,
+}
+
+/// Tables, memories and instances one stage's store may create.
+const MAX_STORE_OBJECTS: usize = 64;
+
+impl wasmtime::ResourceLimiter for MemoryCap {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            return Err(wasmtime::Error::new(MemoryLimitExceeded {
+                cap: self.cap,
+                desired,
+            }));
+        }
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        tracing::debug!("memory growth failed below the cap: {error:#}");
+        Err(wasmtime::Error::new(MemoryLimitExceeded {
+            cap: self.cap,
+            desired: self.cap,
+        }))
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        MAX_STORE_OBJECTS
+    }
+    fn tables(&self) -> usize {
+        MAX_STORE_OBJECTS
+    }
+    fn memories(&self) -> usize {
+        MAX_STORE_OBJECTS
+    }
+}

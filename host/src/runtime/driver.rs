@@ -1,19 +1,83 @@
 //! A driver thread: its own lanes and its own stage instances. Poll lanes → batch per lane
 //! (count, bytes, linger) → swap check → chain → outputs. Per-partition order is kept: one
-//! lane is only ever on one driver, and its batches go through the chain one at a time.
+//! lane is only ever on one driver, and its batches go through the chain one at a time. An
+//! item the source already rejected (malformed input) ends its batch and goes to the reject
+//! path after the batch's own rejects.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 
-use super::controller::{DriverControl, DriverEvent, LaneHandle};
-use super::output::{LaneRef, Outputs};
-use super::PartitionKey;
-use crate::chain::{Chain, StageStats};
+use super::deliver::{LaneRef, Outputs};
+use crate::chain::{Chain, Failure, Rejected, StageStats};
 use crate::config::BatchConfig;
+use crate::engine::InstanceError;
 use crate::message::{Envelope, Lane};
 use crate::metrics::Metrics;
+use crate::sink::SinkError;
+use crate::source::{Item, PartitionKey};
+
+/// What the controller tells a driver.
+pub enum DriverControl {
+    /// Run this lane from now on.
+    Add(LaneHandle),
+    /// Stop these lanes (partition and generation) at the next batch boundary and report,
+    /// per lane, the last offset put through the chain.
+    Revoke {
+        /// The lanes.
+        lanes: Vec<(PartitionKey, u64)>,
+        /// Where to report.
+        ack: Sender<Vec<(PartitionKey, Option<i64>)>>,
+    },
+    /// Stop: after the lanes are empty (`drain`), or after the current batch.
+    Stop {
+        /// Process what is queued first.
+        drain: bool,
+    },
+}
+
+/// A lane as a driver receives it.
+pub struct LaneHandle {
+    /// Partition.
+    pub key: PartitionKey,
+    /// Assignment generation.
+    pub generation: u64,
+    /// Its items, in offset order.
+    pub rx: Receiver<Item>,
+}
+
+/// Why a driver stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A stage instance could not be rebuilt after a trap.
+    #[error("{key}: {source}")]
+    Instance {
+        /// The lane.
+        key: PartitionKey,
+        /// Why.
+        source: InstanceError,
+    },
+    /// The sink or the reject path refused a batch.
+    #[error("{key}: {source}")]
+    Delivery {
+        /// The lane.
+        key: PartitionKey,
+        /// Why.
+        source: SinkError,
+    },
+}
+
+/// What a driver tells the controller.
+#[derive(Debug)]
+pub enum DriverEvent {
+    /// A stage failed on a message: stop.
+    Failed(Failure),
+    /// The driver cannot go on.
+    Error(DriverError),
+    /// The driver thread ended.
+    Exited(usize),
+}
 
 /// What a driver needs.
 pub struct DriverSetup {
@@ -40,9 +104,11 @@ pub struct DriverSetup {
 struct DriverLane {
     key: PartitionKey,
     generation: u64,
-    rx: Receiver<Envelope>,
+    rx: Receiver<Item>,
     lane: Lane,
     pending: Vec<Envelope>,
+    /// Items the source rejected, at the end of the pending batch.
+    pre_rejected: Vec<Rejected>,
     bytes: usize,
     since: Option<Instant>,
     last_processed: Option<i64>,
@@ -103,9 +169,11 @@ impl Driver {
                 self.fill(i);
                 let l = &self.lanes[i];
                 let full = l.pending.len() >= self.s.batch.max_messages
-                    || l.bytes >= self.s.batch.max_bytes.bytes();
+                    || l.bytes >= self.s.batch.max_bytes.bytes()
+                    || !l.pre_rejected.is_empty();
                 let due = l.since.is_some_and(|t| now >= t + self.s.batch.linger);
-                if !l.pending.is_empty() && (full || due || draining) {
+                let waiting = !l.pending.is_empty() || !l.pre_rejected.is_empty();
+                if waiting && (full || due || draining) {
                     ran = true;
                     if !self.run_batch(i) {
                         return;
@@ -116,7 +184,7 @@ impl Driver {
                 && self
                     .lanes
                     .iter()
-                    .all(|l| l.pending.is_empty() && l.rx.is_empty())
+                    .all(|l| l.pending.is_empty() && l.pre_rejected.is_empty() && l.rx.is_empty())
             {
                 return;
             }
@@ -141,6 +209,7 @@ impl Driver {
                 generation,
                 rx,
                 pending: Vec::new(),
+                pre_rejected: Vec::new(),
                 bytes: 0,
                 since: None,
                 last_processed: None,
@@ -167,12 +236,15 @@ impl Driver {
         let max = self.s.batch.max_messages;
         let max_bytes = self.s.batch.max_bytes.bytes();
         let l = &mut self.lanes[i];
-        while l.pending.len() < max && l.bytes < max_bytes {
+        while l.pending.len() < max && l.bytes < max_bytes && l.pre_rejected.is_empty() {
             match l.rx.try_recv() {
-                Ok(env) => {
-                    l.bytes += env.msg.byte_len();
+                Ok(item) => {
+                    l.bytes += item.byte_len();
                     l.since.get_or_insert_with(Instant::now);
-                    l.pending.push(env);
+                    match item {
+                        Item::Message(env) => l.pending.push(env),
+                        Item::Rejected(r) => l.pre_rejected.push(r),
+                    }
                 }
                 Err(_) => break,
             }
@@ -203,18 +275,21 @@ impl Driver {
     fn run_batch(&mut self, i: usize) -> bool {
         let l = &mut self.lanes[i];
         let batch = std::mem::take(&mut l.pending);
+        let pre_rejected = std::mem::take(&mut l.pre_rejected);
         l.bytes = 0;
         l.since = None;
-        let offsets: Vec<i64> = batch.iter().map(|e| e.offset).collect();
+        let mut offsets: Vec<i64> = batch.iter().map(|e| e.offset).collect();
+        offsets.extend(pre_rejected.iter().map(|r| r.env.offset));
         let originals = self.s.keep_originals.then(|| batch.clone());
         self.s.chain.swap_if_published();
         let out = match self.s.chain.run(&l.lane, batch) {
             Ok(out) => out,
-            Err(e) => {
+            Err(source) => {
+                let key = l.key.clone();
                 let _ = self
                     .s
                     .events
-                    .send(DriverEvent::Error(format!("{}: {e}", l.key)));
+                    .send(DriverEvent::Error(DriverError::Instance { key, source }));
                 return false;
             }
         };
@@ -223,25 +298,29 @@ impl Driver {
             generation: l.generation,
             lane: &l.lane,
         };
-        if let Err(e) = self
-            .s
-            .outputs
-            .deliver(lane, &offsets, &out, originals.as_deref())
+        if let Err(source) =
+            self.s
+                .outputs
+                .deliver(lane, &offsets, &out, &pre_rejected, originals.as_deref())
         {
-            let _ = self.s.events.send(DriverEvent::Error(e));
+            let key = l.key.clone();
+            let _ = self
+                .s
+                .events
+                .send(DriverEvent::Error(DriverError::Delivery { key, source }));
             return false;
         }
         l.last_processed = offsets.last().copied();
         let m = &self.s.metrics;
         m.batch_size.observe(offsets.len() as f64);
-        for ((name, _, _), t) in self.s.chain.counts().zip(self.s.chain.timings()) {
+        for (name, t) in self.s.chain.names().zip(self.s.chain.timings()) {
             if !t.is_zero() {
                 m.stage_seconds
                     .with_label_values(&[name])
                     .observe(t.as_secs_f64());
             }
         }
-        m.add_stage_counts(self.s.chain.counts(), &mut self.last_counts);
+        m.add_stage_counts(self.s.chain.tallies(), &mut self.last_counts);
         if let Some(f) = out.failure {
             tracing::error!(stage = %f.stage, key = %l.key, offset = f.offset, "stage failed: {}; stopping", f.reason);
             let _ = self.s.events.send(DriverEvent::Failed(f));

@@ -61,6 +61,10 @@ pub struct CommitQueue {
     sink: *const Confirmations,
 }
 
+// SAFETY: librdkafka handles and queues may be used from any thread; the queue is only used by
+// the thread that owns the source.
+unsafe impl Send for CommitQueue {}
+
 impl CommitQueue {
     /// A queue on `consumer`. The queue must be dropped before the consumer.
     pub fn new<C: rdkafka::consumer::ConsumerContext>(

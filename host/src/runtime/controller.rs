@@ -1,0 +1,187 @@
+//! The controller: the only thread that touches the source.
+//!
+//! It polls the source (which reports to the [`Core`]: items into bounded lanes, assignments,
+//! revocations as drain barriers, ends of input), turns completions into per-partition
+//! watermarks, holds or pauses under pressure, commits on a tick, and runs the shutdown
+//! sequence: stop taking messages → drivers drain (or stop after their batch when a stage
+//! failed) → sinks flush under the rest of `drain_timeout` → the source is closed, which
+//! revokes what it still owns: the final commit of what is done.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select};
+
+use super::driver::{DriverControl, DriverEvent};
+use super::lanes::{Core, RuntimeError};
+use crate::chain::Failure;
+use crate::sink::Sink;
+use crate::source::Source;
+
+/// How the controller ended.
+#[derive(Debug, Default)]
+pub struct ControllerOutcome {
+    /// Committed offset (the next to read) per `topic/partition`, as confirmed.
+    pub committed: BTreeMap<String, i64>,
+    /// Messages read.
+    pub read: u64,
+    /// Items the source rejected itself (malformed input).
+    pub malformed: u64,
+    /// A stage failure.
+    pub failure: Option<Failure>,
+    /// Another reason the pipeline stopped.
+    pub error: Option<RuntimeError>,
+    /// The source was drained to its end.
+    pub reached_end: bool,
+    /// Assignments and revocations seen.
+    pub rebalances: u64,
+    /// Completions from older generations, ignored.
+    pub stale: u64,
+    /// From the first message read until the loop ended: the time spent consuming.
+    pub consuming: Duration,
+}
+
+/// What the controller thread runs.
+pub(super) struct Controller {
+    pub(super) source: Box<dyn Source>,
+    pub(super) core: Core,
+    pub(super) events: Receiver<DriverEvent>,
+    pub(super) sinks: Vec<Arc<dyn Sink>>,
+    pub(super) stop: Arc<AtomicBool>,
+}
+
+impl Controller {
+    fn driver_event(&mut self, ev: DriverEvent, exited: &mut usize) {
+        match ev {
+            DriverEvent::Failed(f) => {
+                self.core.failure.get_or_insert(f);
+            }
+            DriverEvent::Error(e) => self.core.fail(e.into()),
+            DriverEvent::Exited(d) => {
+                *exited += 1;
+                self.core.drivers[d].alive = false;
+            }
+        }
+    }
+
+    fn commit(&mut self) {
+        let source = &self.source;
+        let due: Vec<_> = self
+            .core
+            .committable()
+            .into_iter()
+            // Until the commit is confirmed it is sent again at every tick.
+            .filter(|(k, next)| source.committed(k).is_none_or(|c| c < *next))
+            .collect();
+        if !due.is_empty() {
+            if let Err(e) = self.source.commit(&due) {
+                self.core.metrics.commits.with_label_values(&["error"]).inc();
+                tracing::warn!("{e}");
+            }
+        }
+        let source = &self.source;
+        self.core.update_lag(|k| source.high_watermark(k));
+    }
+
+    /// The poll loop, then the shutdown sequence. Returns when everything is committed.
+    pub(super) fn run(mut self) -> ControllerOutcome {
+        let mut reached_end = false;
+        let mut exited = 0usize;
+        let n_drivers = self.core.drivers.len();
+        let mut last_commit = Instant::now();
+        let completions = self.core.completions.clone();
+        let events = self.events.clone();
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            // Take a burst of messages, unless flow control holds: then wait for completions.
+            if self.core.reading() {
+                if let Err(e) = self
+                    .source
+                    .poll(&mut self.core, Duration::from_millis(10))
+                {
+                    self.core.fail(e.into());
+                }
+            } else {
+                let mut sel = Select::new();
+                sel.recv(&completions);
+                sel.recv(&events);
+                let _ = sel.ready_timeout(Duration::from_millis(2));
+            }
+            while let Ok(ev) = events.try_recv() {
+                self.driver_event(ev, &mut exited);
+            }
+            self.core.settle();
+            let (pause, resume) = self.core.flow();
+            if !pause.is_empty() {
+                self.source.pause(&pause);
+            }
+            if !resume.is_empty() {
+                self.source.resume(&resume);
+            }
+            if last_commit.elapsed() >= self.core.opts.commit_interval {
+                self.commit();
+                last_commit = Instant::now();
+            }
+            if self.core.assigned_once {
+                self.core.metrics.ready.store(true, Ordering::Relaxed);
+            }
+            if self.core.failure.is_some() || self.core.error.is_some() || exited == n_drivers {
+                break;
+            }
+            if self.core.opts.stop_at_end && self.core.at_end() {
+                tracing::info!("every partition is handled up to its end; stopping");
+                reached_end = true;
+                break;
+            }
+        }
+        let consuming = self.core.first_read.map_or(Duration::ZERO, |t| t.elapsed());
+
+        // Shutdown: stop fetching, drain drivers, wait for acknowledgements, final commit.
+        let deadline = Instant::now() + self.core.opts.drain_timeout;
+        let drain = self.core.failure.is_none() && self.core.error.is_none();
+        let all = self.core.keys();
+        if !all.is_empty() {
+            self.source.pause(&all);
+        }
+        for d in &self.core.drivers {
+            let _ = d.tx.send(DriverControl::Stop { drain });
+        }
+        while exited < n_drivers {
+            let Ok(ev) = events.recv_deadline(deadline) else {
+                tracing::error!("drivers did not stop in time; committing what is done");
+                break;
+            };
+            self.driver_event(ev, &mut exited);
+        }
+        for s in &self.sinks {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(e) = s.flush(left.max(Duration::from_millis(100))) {
+                tracing::error!(
+                    "shutdown: {e}; those offsets stay uncommitted and replay on restart"
+                );
+                if drain {
+                    self.core.fail(e.into());
+                }
+            }
+        }
+        self.core.settle();
+        // Closing revokes what the source still owns: the final synchronous commit.
+        self.core.opts.revoke_timeout = Duration::ZERO;
+        self.source.close(&mut self.core);
+        ControllerOutcome {
+            committed: self.source.committed_all(),
+            read: self.core.read,
+            malformed: self.core.malformed,
+            failure: self.core.failure.take(),
+            error: self.core.error.take(),
+            reached_end,
+            rebalances: self.core.rebalances,
+            stale: self.core.stale,
+            consuming,
+        }
+    }
+}

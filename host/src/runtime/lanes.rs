@@ -1,0 +1,476 @@
+//! The controller's state: one lane per owned partition (its generation, driver, queue,
+//! watermark and byte account), the drivers, and what the run has seen. It is the
+//! [`Handler`] a source reports to: items are dispatched into lanes, assignments start lanes,
+//! a revocation is the drain barrier, the end of input marks a lane ended.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use super::driver::{DriverControl, DriverError, LaneHandle};
+use super::watermark::Watermark;
+use crate::chain::Failure;
+use crate::metrics::Metrics;
+use crate::sink::{Completion, Settled, SinkError};
+use crate::source::{Handler, Item, PartitionKey, SourceError};
+
+/// Fixed cost counted per queued message on top of its payload (for the byte budget).
+pub(super) const QUEUED_MESSAGE_COST: usize = 96;
+
+/// Knobs of the controller.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// Messages a lane holds before it counts as backed up.
+    pub lane_capacity: usize,
+    /// Byte budget for read, not fully handled messages.
+    pub max_in_flight: usize,
+    /// How long pressure (budget spent, a lane backed up) stops reading before it pauses
+    /// partitions instead.
+    pub hold: Duration,
+    /// How long a revocation waits for in-flight messages.
+    pub revoke_timeout: Duration,
+    /// How often to commit.
+    pub commit_interval: Duration,
+    /// Stop when every partition is handled up to its end.
+    pub stop_at_end: bool,
+    /// Longest the shutdown drain may take.
+    pub drain_timeout: Duration,
+}
+
+/// Why a run stopped other than a stage `fail` or a signal.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A driver could not go on.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The source broke.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A record could not be delivered.
+    #[error("{key} offset {offset}: {why}")]
+    Undelivered {
+        /// The lane.
+        key: PartitionKey,
+        /// The source offset.
+        offset: i64,
+        /// Why.
+        why: String,
+    },
+    /// A sink could not flush at shutdown.
+    #[error("shutdown: {0}")]
+    Flush(#[from] SinkError),
+    /// Every driver is gone.
+    #[error("no driver is running")]
+    NoDriver,
+}
+
+pub(super) struct LaneState {
+    pub(super) generation: u64,
+    pub(super) driver: usize,
+    /// `None` once the lane is being revoked.
+    pub(super) tx: Option<Sender<Item>>,
+    /// Started at the first offset read.
+    pub(super) watermark: Option<Watermark>,
+    /// Dispatched offsets with their bytes, until the watermark passes them.
+    pub(super) bytes: VecDeque<(i64, usize)>,
+    /// Items read while the lane was full, in order.
+    pub(super) overflow: VecDeque<Item>,
+    pub(super) paused: bool,
+    /// Until then a backed-up lane is paused at once instead of holding every partition
+    /// (it needed a pause recently: it is slower than the rest).
+    pub(super) slow_until: Option<Instant>,
+    /// Where the input ends, once the source has said so.
+    pub(super) end: Option<i64>,
+}
+
+pub(super) struct DriverSlot {
+    pub(super) tx: Sender<DriverControl>,
+    pub(super) lanes: usize,
+    pub(super) alive: bool,
+}
+
+/// Everything the controller knows.
+pub(super) struct Core {
+    pub(super) lanes: BTreeMap<Arc<str>, BTreeMap<i32, LaneState>>,
+    pub(super) next_generation: u64,
+    pub(super) drivers: Vec<DriverSlot>,
+    pub(super) completions: Receiver<Completion>,
+    pub(super) opts: ControllerOptions,
+    pub(super) in_flight: usize,
+    /// Above the byte budget (until back below half of it).
+    pub(super) budget_spent: bool,
+    /// Since when the controller has stopped taking messages (flow control).
+    pub(super) held_since: Option<Instant>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) read: u64,
+    pub(super) malformed: u64,
+    pub(super) failure: Option<Failure>,
+    pub(super) error: Option<RuntimeError>,
+    pub(super) rebalances: u64,
+    pub(super) stale: u64,
+    pub(super) assigned_once: bool,
+    /// When the first message was read.
+    pub(super) first_read: Option<Instant>,
+}
+
+impl Core {
+    pub(super) fn new(
+        drivers: Vec<Sender<DriverControl>>,
+        completions: Receiver<Completion>,
+        opts: ControllerOptions,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Core {
+            lanes: BTreeMap::new(),
+            next_generation: 0,
+            drivers: drivers
+                .into_iter()
+                .map(|tx| DriverSlot {
+                    tx,
+                    lanes: 0,
+                    alive: true,
+                })
+                .collect(),
+            completions,
+            opts,
+            in_flight: 0,
+            budget_spent: false,
+            held_since: None,
+            metrics,
+            read: 0,
+            malformed: 0,
+            failure: None,
+            error: None,
+            rebalances: 0,
+            stale: 0,
+            assigned_once: false,
+            first_read: None,
+        }
+    }
+
+    pub(super) fn lane(&mut self, key: &PartitionKey) -> Option<&mut LaneState> {
+        self.lanes.get_mut(&*key.topic)?.get_mut(&key.partition)
+    }
+
+    pub(super) fn keys(&self) -> Vec<PartitionKey> {
+        self.lanes
+            .iter()
+            .flat_map(|(t, ps)| {
+                ps.keys().map(move |p| PartitionKey {
+                    topic: t.clone(),
+                    partition: *p,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn fail(&mut self, e: RuntimeError) {
+        self.error.get_or_insert(e);
+    }
+
+    /// Applies one completion to its lane's watermark (a completion from an older generation
+    /// is counted and ignored).
+    pub(super) fn apply(&mut self, c: Completion) {
+        let lane = self
+            .lanes
+            .get_mut(&*c.key.topic)
+            .and_then(|ps| ps.get_mut(&c.key.partition))
+            .filter(|l| l.generation == c.generation);
+        let Some(w) = lane.and_then(|l| l.watermark.as_mut()) else {
+            self.metrics.stale_completions.inc();
+            self.stale += 1;
+            return;
+        };
+        let mut error = None;
+        for &offset in &c.offsets {
+            let r = match &c.outcome {
+                Settled::Done => w.complete(c.generation, offset),
+                Settled::Failed => w.fail(c.generation, offset),
+                Settled::Undelivered(why) => {
+                    tracing::error!(key = %c.key, offset, "{why}; stopping (not committed past it)");
+                    error.get_or_insert(RuntimeError::Undelivered {
+                        key: c.key.clone(),
+                        offset,
+                        why: why.clone(),
+                    });
+                    w.fail(c.generation, offset)
+                }
+            };
+            if let Err(e) = r {
+                tracing::warn!(key = %c.key, offset, "completion refused: {e}");
+            }
+        }
+        if let Some(e) = error {
+            self.fail(e);
+        }
+    }
+
+    /// Applies every completion that has arrived and releases bytes below the watermarks.
+    pub(super) fn settle(&mut self) {
+        while let Ok(c) = self.completions.try_recv() {
+            self.apply(c);
+        }
+        let mut freed = 0;
+        for ps in self.lanes.values_mut() {
+            for lane in ps.values_mut() {
+                let Some(w) = &lane.watermark else { continue };
+                let below = w.committable();
+                while lane.bytes.front().is_some_and(|(o, _)| *o < below) {
+                    freed += lane.bytes.pop_front().map_or(0, |(_, b)| b);
+                }
+            }
+        }
+        self.in_flight -= freed;
+        self.metrics.in_flight_bytes.set(self.in_flight as i64);
+    }
+
+    /// Per lane with a watermark: the offset to commit (everything below it is done).
+    pub(super) fn committable(&self) -> Vec<(PartitionKey, i64)> {
+        let mut out = Vec::new();
+        for (t, ps) in &self.lanes {
+            for (p, lane) in ps {
+                if let Some(w) = &lane.watermark {
+                    out.push((
+                        PartitionKey {
+                            topic: t.clone(),
+                            partition: *p,
+                        },
+                        w.committable(),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Sets `weir_consumer_lag` for every owned partition: its end (as the source last saw
+    /// it, else as it reported) minus the offset that would be committed.
+    pub(super) fn update_lag(&self, high: impl Fn(&PartitionKey) -> Option<i64>) {
+        for (t, parts) in &self.lanes {
+            for (p, lane) in parts {
+                let Some(w) = &lane.watermark else { continue };
+                let key = PartitionKey {
+                    topic: t.clone(),
+                    partition: *p,
+                };
+                if let Some(high) = high(&key).or(lane.end) {
+                    self.metrics
+                        .consumer_lag
+                        .with_label_values(&[t.as_ref(), p.to_string().as_str()])
+                        .set((high - w.committable()).max(0));
+                }
+            }
+        }
+    }
+
+    /// True once every owned partition's input has ended and everything read is settled.
+    pub(super) fn at_end(&self) -> bool {
+        self.assigned_once
+            && !self.lanes.is_empty()
+            && self.lanes.values().flat_map(|ps| ps.values()).all(|l| {
+                l.end.is_some()
+                    && l.overflow.is_empty()
+                    && l.watermark.as_ref().is_none_or(|w| w.in_flight() == 0)
+            })
+    }
+
+    /// Stops these lanes, waits (bounded by `revoke_timeout`) until what their drivers put
+    /// through the chain is settled, and forgets them. Returns the offsets to commit.
+    fn release(&mut self, keys: &[PartitionKey]) -> Vec<(PartitionKey, i64)> {
+        // 1. Stop the lanes: nothing more is dispatched; drivers drop what is queued.
+        let (ack_tx, ack_rx) = crossbeam_channel::unbounded();
+        let mut per_driver: BTreeMap<usize, Vec<(PartitionKey, u64)>> = BTreeMap::new();
+        for k in keys {
+            if let Some(lane) = self.lane(k) {
+                lane.tx = None;
+                lane.overflow.clear();
+                per_driver
+                    .entry(lane.driver)
+                    .or_default()
+                    .push((k.clone(), lane.generation));
+            }
+        }
+        let mut waiting = 0;
+        for (d, lanes) in per_driver {
+            let slot = &self.drivers[d];
+            let ack = ack_tx.clone();
+            if slot.alive && slot.tx.send(DriverControl::Revoke { lanes, ack }).is_ok() {
+                waiting += 1;
+            }
+        }
+        let deadline = Instant::now() + self.opts.revoke_timeout;
+        let mut last: Vec<(PartitionKey, i64)> = Vec::new();
+        while waiting > 0 {
+            match ack_rx.recv_deadline(deadline) {
+                Ok(lanes) => {
+                    waiting -= 1;
+                    last.extend(lanes.into_iter().filter_map(|(k, o)| Some((k, o?))));
+                }
+                Err(_) => {
+                    tracing::warn!("revoke: drivers did not stop their lanes in time");
+                    break;
+                }
+            }
+        }
+        // 2. Wait until what the drivers processed is settled (or the deadline).
+        loop {
+            self.settle();
+            let pending = last.iter().any(|(k, o)| {
+                self.lanes
+                    .get(&*k.topic)
+                    .and_then(|ps| ps.get(&k.partition))
+                    .and_then(|l| l.watermark.as_ref())
+                    .is_some_and(|w| !w.settled_through(*o))
+            });
+            if !pending {
+                break;
+            }
+            match self.completions.recv_deadline(deadline) {
+                Ok(c) => self.apply(c),
+                Err(_) => {
+                    tracing::warn!("revoke: in-flight messages not acknowledged in time; committing what is done");
+                    break;
+                }
+            }
+        }
+        self.settle();
+        // 3. What to commit while the partitions are still ours; then forget them.
+        let mut commit = Vec::new();
+        for k in keys {
+            let removed = self
+                .lanes
+                .get_mut(&*k.topic)
+                .and_then(|ps| ps.remove(&k.partition));
+            if let Some(lane) = removed {
+                self.in_flight -= lane.bytes.iter().map(|(_, b)| b).sum::<usize>();
+                self.drivers[lane.driver].lanes -= 1;
+                if let Some(w) = &lane.watermark {
+                    commit.push((k.clone(), w.committable()));
+                }
+            }
+        }
+        self.lanes.retain(|_, ps| !ps.is_empty());
+        self.metrics.in_flight_bytes.set(self.in_flight as i64);
+        commit
+    }
+}
+
+impl Handler for Core {
+    fn assigned(&mut self, keys: &[PartitionKey]) {
+        self.rebalances += 1;
+        self.assigned_once = true;
+        tracing::info!(partitions = %list(keys), "partitions assigned");
+        for k in keys {
+            self.next_generation += 1;
+            let generation = self.next_generation;
+            let Some(driver) = (0..self.drivers.len())
+                .filter(|&d| self.drivers[d].alive)
+                .min_by_key(|&d| self.drivers[d].lanes)
+            else {
+                self.fail(RuntimeError::NoDriver);
+                return;
+            };
+            let (tx, rx) = crossbeam_channel::bounded(self.opts.lane_capacity);
+            let handle = LaneHandle {
+                key: k.clone(),
+                generation,
+                rx,
+            };
+            if self.drivers[driver]
+                .tx
+                .send(DriverControl::Add(handle))
+                .is_err()
+            {
+                self.drivers[driver].alive = false;
+                self.fail(RuntimeError::NoDriver);
+                continue;
+            }
+            self.drivers[driver].lanes += 1;
+            let old = self.lanes.entry(k.topic.clone()).or_default().insert(
+                k.partition,
+                LaneState {
+                    generation,
+                    driver,
+                    tx: Some(tx),
+                    watermark: None,
+                    bytes: VecDeque::new(),
+                    overflow: VecDeque::new(),
+                    paused: false,
+                    slow_until: None,
+                    end: None,
+                },
+            );
+            if let Some(old) = old {
+                tracing::warn!(key = %k, "assigned again without a revoke; the old lane is dropped");
+                self.in_flight -= old.bytes.iter().map(|(_, b)| b).sum::<usize>();
+                self.drivers[old.driver].lanes -= 1;
+            }
+        }
+    }
+
+    fn revoked(&mut self, keys: &[PartitionKey]) -> Vec<(PartitionKey, i64)> {
+        self.rebalances += 1;
+        tracing::info!(partitions = %list(keys), "partitions revoked");
+        self.release(keys)
+    }
+
+    fn item(&mut self, topic: &str, partition: i32, item: Item) -> bool {
+        let offset = item.offset();
+        let Some(lane) = self
+            .lanes
+            .get_mut(topic)
+            .and_then(|ps| ps.get_mut(&partition))
+        else {
+            tracing::debug!(
+                topic,
+                partition,
+                offset,
+                "message for a partition not assigned here; dropped"
+            );
+            return true;
+        };
+        let Some(tx) = &lane.tx else { return true };
+        let w = lane
+            .watermark
+            .get_or_insert_with(|| Watermark::new(lane.generation, offset));
+        if let Err(e) = w.track(offset) {
+            tracing::warn!(topic, partition, "{e}; message skipped");
+            return true;
+        }
+        let bytes = item.byte_len() + QUEUED_MESSAGE_COST;
+        lane.bytes.push_back((offset, bytes));
+        self.in_flight += bytes;
+        match item {
+            Item::Message(_) => self.read += 1,
+            Item::Rejected(_) => self.malformed += 1,
+        }
+        self.first_read.get_or_insert_with(Instant::now);
+        self.metrics.consumed.inc();
+        if !lane.overflow.is_empty() {
+            lane.overflow.push_back(item);
+        } else {
+            match tx.try_send(item) {
+                Ok(()) => {}
+                Err(TrySendError::Full(item)) => lane.overflow.push_back(item),
+                Err(TrySendError::Disconnected(_)) => self.fail(RuntimeError::NoDriver),
+            }
+        }
+        self.in_flight <= self.opts.max_in_flight
+    }
+
+    fn end(&mut self, key: &PartitionKey, next: i64) {
+        tracing::debug!(key = %key, next, "end of input");
+        if let Some(lane) = self.lane(key) {
+            lane.end = Some(next);
+        }
+    }
+}
+
+pub(super) fn list(keys: &[PartitionKey]) -> String {
+    keys.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}

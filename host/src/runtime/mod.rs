@@ -1,0 +1,316 @@
+//! The one runtime: any [`Source`] through the chain to any [`Sink`], with any reject path.
+//!
+//! ```text
+//! main ──────────── start-up (signals, engine, plugins), builds the parts, waits, reports
+//!  ├─ weir-controller  owns the source: poll → lanes (bounded, one per partition), rebalances
+//!  │                   (revoke = drain barrier), completions → watermarks, hold/pause,
+//!  │                   commit tick, end of input, shutdown
+//!  ├─ weir-driver-N    own lanes + own stage instances: lane → batch → chain → sinks
+//!  ├─ sink threads     (Kafka: librdkafka's delivery reports settle per-offset tickets)
+//!  ├─ weir-source      (JSONL: the line reader)
+//!  ├─ weir-reload      hot swap: watch plugin files, SIGHUP
+//!  ├─ weir-metrics     /metrics, /healthz, /readyz (when `runtime.metrics` is set)
+//!  └─ weir-progress    a progress line on a terminal
+//! ```
+//!
+//! An offset is done when everything it became is durable (acknowledged by the broker, or
+//! written and flushed), or it became nothing. The controller commits, per partition, the
+//! offset below which everything is done ([`watermark`]). Every assignment of a partition
+//! gets a new generation; a completion from an older one is ignored.
+
+mod controller;
+mod deliver;
+mod driver;
+mod flow;
+mod lanes;
+mod progress;
+mod startup;
+pub mod watermark;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use self::controller::ControllerOutcome;
+pub use self::driver::DriverError;
+pub use self::lanes::{ControllerOptions, RuntimeError};
+pub use self::startup::{engine_for, prepare, Prepared, StartError};
+
+use self::controller::Controller;
+use self::deliver::Outputs;
+use self::driver::DriverSetup;
+use self::lanes::Core;
+use self::startup::{start, wait_bounded, Started};
+use crate::chain::{Chain, StageStats};
+use crate::config::{BatchConfig, PipelineConfig};
+use crate::metrics::Metrics;
+use crate::reload::Reloader;
+use crate::report::{ExitState, RunReport, StageReport};
+use crate::sink::{line::LineSink, Role, Sink};
+use crate::source::Source;
+
+/// Options that are not in the YAML.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Where to write the JSON report (overrides `runtime.report`).
+    pub report: Option<PathBuf>,
+    /// Show a progress line (only ever on a terminal).
+    pub progress: bool,
+}
+
+/// What a run is made of: what [`run`] builds from the YAML, or what a test builds itself.
+pub struct Parts {
+    /// Where messages come from.
+    pub source: Box<dyn Source>,
+    /// Where messages that pass the chain go.
+    pub sink: Arc<dyn Sink>,
+    /// Where rejected messages go.
+    pub rejects: Arc<dyn Sink>,
+    /// One chain per driver thread.
+    pub chains: Vec<Chain>,
+    /// The core each driver is pinned to (`None`: not pinned); as many as `chains`.
+    pub cores: Vec<Option<usize>>,
+    /// Batch limits.
+    pub batch: BatchConfig,
+    /// Controller knobs.
+    pub options: ControllerOptions,
+    /// Where everything reports.
+    pub metrics: Arc<Metrics>,
+    /// Set to stop (drain what was read, commit, end).
+    pub stop: Arc<AtomicBool>,
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The controller's account.
+    pub controller: ControllerOutcome,
+    /// Per stage, summed over the drivers.
+    pub stages: Vec<StageReport>,
+    /// Records the sink delivered.
+    pub written: u64,
+    /// Records the reject path delivered.
+    pub rejected: u64,
+}
+
+/// Runs `parts` until the source ends (`stop_at_end`), `stop` is set, a stage fails or
+/// something breaks.
+pub fn run_parts(parts: Parts) -> RunOutcome {
+    let Parts {
+        source,
+        sink,
+        rejects,
+        chains,
+        cores,
+        batch,
+        options,
+        metrics,
+        stop,
+    } = parts;
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let outputs = Outputs {
+        sink: sink.clone(),
+        rejects: rejects.clone(),
+        done: done_tx,
+    };
+    let keep_originals = rejects.acknowledges_later();
+    let (events_tx, events_rx) = crossbeam_channel::unbounded();
+    let mut controls = Vec::new();
+    let mut drivers = Vec::new();
+    let cores = cores.into_iter().chain(std::iter::repeat(None));
+    for (index, (chain, core)) in chains.into_iter().zip(cores).enumerate() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        controls.push(tx);
+        drivers.push(driver::spawn(DriverSetup {
+            index,
+            keep_originals: keep_originals && chain.len() > 1,
+            chain,
+            outputs: outputs.clone(),
+            batch: batch.clone(),
+            control: rx,
+            events: events_tx.clone(),
+            metrics: metrics.clone(),
+            core,
+        }));
+    }
+    drop((outputs, events_tx));
+    let backstop = options.drain_timeout + Duration::from_secs(10);
+    let controller = Controller {
+        source,
+        core: Core::new(controls, done_rx, options, metrics),
+        events: events_rx,
+        sinks: vec![sink.clone(), rejects.clone()],
+        stop: stop.clone(),
+    };
+    let ctl = std::thread::Builder::new()
+        .name("weir-controller".into())
+        .spawn(move || controller.run())
+        .expect("spawning the controller");
+    // The controller bounds its own drain; this is the backstop if a client hangs.
+    wait_bounded(
+        &ctl,
+        &stop,
+        backstop,
+        "exiting (nothing uncommitted is lost: it replays)",
+    );
+    let controller = ctl.join().expect("controller thread panicked");
+    let per_driver: Vec<Vec<StageStats>> = drivers
+        .into_iter()
+        .map(|d| d.join().expect("driver thread panicked"))
+        .collect();
+    RunOutcome {
+        controller,
+        stages: merge(per_driver),
+        written: sink.delivered(),
+        rejected: rejects.delivered(),
+    }
+}
+
+/// The cores drivers are pinned to.
+fn cores(cfg: &PipelineConfig) -> Vec<Option<usize>> {
+    let n = cfg.runtime.drivers;
+    if let Some(c) = &cfg.runtime.cores {
+        return c.iter().take(n).map(|&c| Some(c)).collect();
+    }
+    if !cfg.runtime.pin {
+        return vec![None; n];
+    }
+    let ids: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    (0..n)
+        .map(|i| (!ids.is_empty()).then(|| ids[i % ids.len()]))
+        .collect()
+}
+
+/// The controller knobs a pipeline YAML sets.
+pub fn controller_options(cfg: &PipelineConfig) -> ControllerOptions {
+    let kafka = match &cfg.source {
+        crate::config::SourceConfig::Kafka(k) => Some(k),
+        _ => None,
+    };
+    ControllerOptions {
+        lane_capacity: cfg.batch.max_messages.saturating_mul(4).max(64),
+        max_in_flight: cfg.runtime.max_in_flight.bytes(),
+        hold: Duration::from_millis(500),
+        revoke_timeout: kafka.map_or(Duration::from_secs(10), |k| k.revoke_timeout),
+        commit_interval: kafka.map_or(Duration::from_millis(500), |k| k.commit_interval),
+        stop_at_end: cfg.source.stops_at_end(),
+        drain_timeout: cfg.runtime.drain_timeout,
+    }
+}
+
+/// Runs the pipeline a YAML describes until its source ends (`stop_at_end`), a signal, or a
+/// failure.
+pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
+    let Started {
+        started,
+        stop,
+        reload_channel,
+        signals,
+        prepared: Prepared {
+            engine,
+            slots,
+            chain,
+        },
+    } = start(cfg)?;
+    let mut chains = vec![chain];
+    for _ in 1..cfg.runtime.drivers {
+        chains.push(Chain::new(&engine, &slots)?);
+    }
+    let metrics = Metrics::new();
+    crate::engine::publish_plugin_info(&slots, &metrics);
+    if let Some(addr) = &cfg.runtime.metrics {
+        crate::metrics::serve(addr, metrics.clone())?;
+    }
+    let sink = cfg.sink.build(Role::Sink, &metrics)?;
+    let rejects: Arc<dyn Sink> = match &cfg.reject {
+        Some(r) => r.build(Role::Rejects, &metrics)?,
+        None => Arc::new(LineSink::discard()),
+    };
+    let source = cfg.source.build(metrics.clone())?;
+    let reloader = Reloader::start(
+        engine.clone(),
+        slots.clone(),
+        cfg.runtime.watch_plugins,
+        reload_channel,
+        metrics.clone(),
+    );
+    tracing::info!(pipeline = %cfg.name, stages = slots.len(), drivers = chains.len(),
+        source = %cfg.source.describe(), "pipeline running");
+    let progress = opts
+        .progress
+        .then(|| progress::Progress::start(metrics.clone(), sink.clone(), rejects.clone()))
+        .flatten();
+    let outcome = run_parts(Parts {
+        source,
+        sink,
+        rejects,
+        chains,
+        cores: cores(cfg),
+        batch: cfg.batch.clone(),
+        options: controller_options(cfg),
+        metrics: metrics.clone(),
+        stop: stop.clone(),
+    });
+    drop(progress);
+    drop(signals);
+    let reloads = reloader.finish();
+    let c = &outcome.controller;
+    let state = if c.failure.is_some() || c.error.is_some() {
+        ExitState::Failed
+    } else if stop.load(Ordering::Relaxed) {
+        ExitState::Interrupted
+    } else {
+        ExitState::Completed
+    };
+    let report = RunReport {
+        pipeline: cfg.name.clone(),
+        state,
+        duration_ms: started.elapsed().as_millis() as u64,
+        read: c.read,
+        malformed: c.malformed,
+        written: outcome.written,
+        rejected: outcome.rejected,
+        committed: c.committed.clone(),
+        rebalances: c.rebalances,
+        stale_completions: c.stale,
+        reached_end: c.reached_end,
+        consuming_ms: c.consuming.as_secs_f64() * 1e3,
+        batches: metrics.batch_size.get_sample_count(),
+        stages: outcome.stages,
+        reloads,
+        failure: outcome.controller.failure,
+        error: outcome.controller.error.map(|e| e.to_string()),
+    };
+    if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {
+        report.write(path);
+    }
+    Ok(report)
+}
+
+/// One report line per stage, summed over the drivers.
+fn merge(per_driver: Vec<Vec<StageStats>>) -> Vec<StageReport> {
+    let mut out: Vec<StageReport> = Vec::new();
+    for stats in per_driver {
+        for (i, st) in stats.into_iter().enumerate() {
+            match out.get_mut(i) {
+                Some(r) => {
+                    r.counts += &st.counts;
+                    r.sandbox += &st.sandbox;
+                }
+                None => out.push(StageReport {
+                    name: st.name.to_string(),
+                    plugin: st.plugin,
+                    contract: if st.batch { "batch" } else { "typed" },
+                    counts: st.counts,
+                    sandbox: st.sandbox,
+                }),
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,190 @@
+//! Where results go: the sink for messages that passed the chain and the reject path.
+//!
+//! A [`Sink`] takes a batch's records. A record that waits for an acknowledgement carries a
+//! [`Ticket`]: the sink settles it when the record is durable (Kafka: the broker's
+//! acknowledgement). A sink that is done when `write` returns (a JSONL file, stdout: written
+//! and flushed; discard) takes no tickets ([`Sink::acknowledges_later`] is false) and the
+//! runtime settles those offsets itself.
+//!
+//! * [`kafka::KafkaSink`] — produce to a topic (or the topic a stage set); the dead-letter
+//!   topic keeps the original message and adds `weir.*` headers saying why.
+//! * [`line::LineSink`] — JSONL to a file or stdout, or discard (count and drop).
+
+pub mod kafka;
+pub mod line;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+
+use crate::chain::Rejected;
+use crate::config::SinkConfig;
+use crate::message::{Lane, Message};
+use crate::metrics::Metrics;
+use crate::source::PartitionKey;
+
+/// One or more source offsets of one lane are settled.
+#[derive(Debug)]
+pub struct Completion {
+    /// The partition.
+    pub key: PartitionKey,
+    /// The assignment generation the messages were read in.
+    pub generation: u64,
+    /// The source offsets.
+    pub offsets: Vec<i64>,
+    /// How they were settled.
+    pub outcome: Settled,
+}
+
+/// How a source offset was settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Fully handled: every record it became is durable (or it became none).
+    Done,
+    /// A stage failed on it: the pipeline stops and never commits past it.
+    Failed,
+    /// A record it became could not be delivered: the pipeline stops, never past it.
+    Undelivered(String),
+}
+
+/// The records one source offset became; when the last is acknowledged the offset is settled.
+pub struct Ticket {
+    key: PartitionKey,
+    generation: u64,
+    offset: i64,
+    remaining: AtomicU32,
+    error: Mutex<Option<String>>,
+    done: Sender<Completion>,
+}
+
+impl Ticket {
+    /// A ticket for `records` records of `offset`, reporting to `done`.
+    pub fn new(
+        key: PartitionKey,
+        generation: u64,
+        offset: i64,
+        records: u32,
+        done: Sender<Completion>,
+    ) -> Arc<Self> {
+        Arc::new(Ticket {
+            key,
+            generation,
+            offset,
+            remaining: AtomicU32::new(records),
+            error: Mutex::new(None),
+            done,
+        })
+    }
+
+    /// One record is acknowledged (`None`) or lost (`Some(why)`).
+    pub fn settle(&self, error: Option<String>) {
+        if let Some(e) = error {
+            self.error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let err = self.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let _ = self.done.send(Completion {
+                key: self.key.clone(),
+                generation: self.generation,
+                offsets: vec![self.offset],
+                outcome: err.map_or(Settled::Done, Settled::Undelivered),
+            });
+        }
+    }
+}
+
+/// One record for a sink.
+pub enum Record<'a> {
+    /// A message that passed the chain.
+    Output {
+        /// The message.
+        msg: &'a Message,
+        /// Settled on acknowledgement (sinks that acknowledge later).
+        ticket: Option<Arc<Ticket>>,
+    },
+    /// A rejected message, for the reject path.
+    Reject {
+        /// The message as the source delivered it (the stage may have seen a changed one).
+        original: &'a Message,
+        /// Who rejected it and why.
+        rejected: &'a Rejected,
+        /// Settled on acknowledgement (sinks that acknowledge later).
+        ticket: Option<Arc<Ticket>>,
+    },
+}
+
+/// A sink that cannot be opened, written or flushed.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// A file or stdout.
+    #[error("sink {what}: {source}")]
+    Io {
+        /// Which.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Kafka producer refused.
+    #[error("kafka sink `{topic}`: {source}")]
+    Kafka {
+        /// Default topic.
+        topic: String,
+        /// Why.
+        source: rdkafka::error::KafkaError,
+    },
+    /// Records were not acknowledged in time.
+    #[error("kafka sink `{topic}`: {records} records not acknowledged: {source}")]
+    Unacknowledged {
+        /// Default topic.
+        topic: String,
+        /// How many.
+        records: u64,
+        /// Why.
+        source: rdkafka::error::KafkaError,
+    },
+}
+
+/// Where records go.
+pub trait Sink: Send + Sync {
+    /// Takes a batch's records from `lane`.
+    fn write(&self, lane: &Lane, records: Vec<Record<'_>>) -> Result<(), SinkError>;
+    /// True when records are durable only once acknowledged (they carry tickets).
+    fn acknowledges_later(&self) -> bool;
+    /// Waits up to `timeout` until everything written is durable.
+    fn flush(&self, timeout: Duration) -> Result<(), SinkError>;
+    /// Records written (line sinks) or acknowledged (Kafka).
+    fn delivered(&self) -> u64;
+}
+
+/// Which destination a sink is, for its metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Messages that passed the chain.
+    Sink,
+    /// The reject path (dead-letter queue).
+    Rejects,
+}
+
+impl SinkConfig {
+    /// Opens the sink this configures.
+    pub fn build(&self, role: Role, metrics: &Metrics) -> Result<Arc<dyn Sink>, SinkError> {
+        Ok(match self {
+            SinkConfig::Kafka(k) => {
+                let label = match role {
+                    Role::Sink => "sink",
+                    Role::Rejects => "dlq",
+                };
+                Arc::new(kafka::KafkaSink::open(
+                    k,
+                    metrics.produced.with_label_values(&[label]),
+                )?)
+            }
+            other => Arc::new(line::LineSink::open(other)?),
+        })
+    }
+}

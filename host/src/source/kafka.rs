@@ -1,0 +1,419 @@
+//! A Kafka source: one consumer-group member (librdkafka).
+//!
+//! Rebalances are reported to the controller from inside [`Source::poll`], on its thread, and
+//! the partitions change hands only after the handler returns: librdkafka's rebalance
+//! callback just records the event; `poll` then tells the handler (a revoke is the drain
+//! barrier: the handler returns once what was read is settled), commits synchronously while
+//! the partitions are still owned, and only then calls (incremental) assign or unassign.
+//!
+//! With `stop_at_end`, the end of every newly assigned partition is read at assignment, for
+//! all of them at once (one ListOffsets and one OffsetFetch request, not one per partition),
+//! and reported to the handler once the last message before it was handed over.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::commit_queue::{CommitQueue, Confirmations};
+use super::{Handler, Item, PartitionKey, Source, SourceError};
+use crate::config::{KafkaSource as KafkaSourceConfig, StartFrom};
+use crate::message::Envelope;
+use crate::metrics::Metrics;
+
+/// Most messages handed over per poll.
+const BURST: usize = 1024;
+/// Longest a blocking broker request (sync commit, end offsets) may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A rebalance librdkafka announced, waiting for `poll` to act on it.
+enum Pending {
+    Assign(TopicPartitionList),
+    Revoke(TopicPartitionList),
+    Error(String),
+}
+
+/// The consumer's context: it records rebalances (acted on after `poll` returns) and,
+/// once the source is closing, carries them out at once.
+pub struct SourceContext {
+    pending: Mutex<Vec<Pending>>,
+    closing: AtomicBool,
+}
+
+impl ClientContext for SourceContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        crate::kafka::client::log(level, fac, msg);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!("consumer: {error}: {reason}");
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let ev = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Pending::Assign(tpl.clone()),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Pending::Revoke(tpl.clone()),
+            other => Pending::Error(rdkafka::error::RDKafkaErrorCode::from(other).to_string()),
+        };
+        if self.closing.load(Ordering::Relaxed) {
+            // Leaving the group (or dropped): nothing is read any more; hand over at once.
+            apply(consumer, &ev);
+        } else {
+            lock(&self.pending).push(ev);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Carries out a rebalance: assign, or release the partitions.
+fn apply(consumer: &BaseConsumer<SourceContext>, ev: &Pending) {
+    let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    let r = match ev {
+        Pending::Assign(tpl) if cooperative => consumer.incremental_assign(tpl),
+        Pending::Assign(tpl) => consumer.assign(tpl),
+        Pending::Revoke(tpl) if cooperative => consumer.incremental_unassign(tpl),
+        Pending::Revoke(_) | Pending::Error(_) => consumer.unassign(),
+    };
+    if let Err(e) = r {
+        tracing::warn!("carrying out a rebalance: {e}");
+    }
+}
+
+fn keys_of(tpl: &TopicPartitionList) -> Vec<PartitionKey> {
+    tpl.elements()
+        .iter()
+        .map(|e| PartitionKey::new(e.topic(), e.partition()))
+        .collect()
+}
+
+fn tpl_of<'a>(keys: impl IntoIterator<Item = &'a PartitionKey>) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for k in keys {
+        tpl.add_partition(&k.topic, k.partition);
+    }
+    tpl
+}
+
+/// The Kafka source.
+pub struct KafkaSource {
+    // Dropped before the consumer it belongs to.
+    queue: CommitQueue,
+    consumer: BaseConsumer<SourceContext>,
+    confirmed: Arc<Confirmations>,
+    metrics: Arc<Metrics>,
+    stop_at_end: bool,
+    start: StartFrom,
+    /// With `stop_at_end`: the end each partition had at assignment, until it is reported.
+    ends: RefCell<HashMap<PartitionKey, i64>>,
+}
+
+fn kafka(what: impl Into<String>) -> impl FnOnce(KafkaError) -> SourceError {
+    let what = what.into();
+    move |source| SourceError::Kafka { what, source }
+}
+
+impl KafkaSource {
+    /// Creates the consumer and subscribes to the topics.
+    pub fn open(cfg: &KafkaSourceConfig, metrics: Arc<Metrics>) -> Result<Self, SourceError> {
+        let mut client = crate::kafka::client::consumer_config(cfg);
+        if cfg.stop_at_end {
+            client.set("enable.partition.eof", "true");
+        }
+        let consumer = BaseConsumer::from_config_and_context(
+            &client,
+            SourceContext {
+                pending: Mutex::new(Vec::new()),
+                closing: AtomicBool::new(false),
+            },
+        )
+        .map_err(kafka(format!("consumer for group `{}`", cfg.group)))?;
+        let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(kafka(format!("subscribing to {}", topics.join(","))))?;
+        let confirmed = Confirmations::new(metrics.clone());
+        Ok(KafkaSource {
+            queue: CommitQueue::new(&consumer, confirmed.clone()),
+            consumer,
+            confirmed,
+            metrics,
+            stop_at_end: cfg.stop_at_end,
+            start: cfg.start,
+            ends: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// Acts on the rebalances librdkafka announced during the last poll.
+    fn rebalances(&self, to: &mut dyn Handler) {
+        let pending = std::mem::take(&mut *lock(&self.consumer.context().pending));
+        for ev in pending {
+            match &ev {
+                Pending::Revoke(tpl) => {
+                    self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+                    let keys = keys_of(tpl);
+                    let offsets = to.revoked(&keys);
+                    if let Err(e) = self.commit_now(&offsets) {
+                        tracing::warn!("commit before releasing partitions: {e}");
+                    }
+                    for k in &keys {
+                        self.ends.borrow_mut().remove(k);
+                    }
+                }
+                Pending::Assign(_) => {
+                    self.metrics.rebalances.with_label_values(&["assign"]).inc();
+                }
+                Pending::Error(e) => {
+                    self.metrics.rebalances.with_label_values(&["error"]).inc();
+                    tracing::warn!("rebalance error: {e}; releasing every partition");
+                    let keys = self
+                        .consumer
+                        .assignment()
+                        .map(|a| keys_of(&a))
+                        .unwrap_or_default();
+                    if !keys.is_empty() {
+                        let offsets = to.revoked(&keys);
+                        let _ = self.commit_now(&offsets);
+                    }
+                }
+            }
+            apply(&self.consumer, &ev);
+            if let Pending::Assign(tpl) = &ev {
+                let keys = keys_of(tpl);
+                // A partition can come back still paused from an earlier assignment.
+                let _ = self.consumer.resume(tpl);
+                to.assigned(&keys);
+                if self.stop_at_end {
+                    self.read_ends(&keys, to);
+                }
+            }
+        }
+    }
+
+    /// The end of every partition in `keys`, in one request for all of them (and where
+    /// reading starts, in one more each for committed offsets and the reset point). A
+    /// partition with nothing to read is reported ended at once.
+    fn read_ends(&self, keys: &[PartitionKey], to: &mut dyn Handler) {
+        let query = |at: Offset| -> HashMap<PartitionKey, i64> {
+            let mut tpl = TopicPartitionList::new();
+            for k in keys {
+                let _ = tpl.add_partition_offset(&k.topic, k.partition, at);
+            }
+            let out = self.consumer.offsets_for_times(tpl, REQUEST_TIMEOUT);
+            offsets(out.ok().as_ref())
+        };
+        let high = query(Offset::End);
+        let reset = match self.start {
+            StartFrom::Earliest => query(Offset::Beginning),
+            StartFrom::Latest => high.clone(),
+        };
+        let committed = offsets(
+            self.consumer
+                .committed_offsets(tpl_of(keys), REQUEST_TIMEOUT)
+                .ok()
+                .as_ref(),
+        );
+        for k in keys {
+            let Some(&end) = high.get(k) else {
+                tracing::warn!(key = %k, "end offset unknown; this partition never counts as ended");
+                continue;
+            };
+            let start = committed.get(k).or(reset.get(k)).copied().unwrap_or(0);
+            if start >= end {
+                to.end(k, start);
+            } else {
+                self.ends.borrow_mut().insert(k.clone(), end);
+            }
+        }
+    }
+}
+
+/// The offsets in a list returned by the broker, per partition (unset ones left out).
+fn offsets(tpl: Option<&TopicPartitionList>) -> HashMap<PartitionKey, i64> {
+    tpl.map(|t| {
+        t.elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) if e.error().is_ok() => {
+                    Some((PartitionKey::new(e.topic(), e.partition()), o))
+                }
+                _ => None,
+            })
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+impl Source for KafkaSource {
+    fn poll(&mut self, to: &mut dyn Handler, timeout: Duration) -> Result<(), SourceError> {
+        self.queue.serve(0);
+        let mut timeout = timeout;
+        for _ in 0..BURST {
+            let polled = self.consumer.poll(timeout);
+            timeout = Duration::ZERO;
+            self.rebalances(to);
+            match polled {
+                Some(Ok(m)) => {
+                    let (topic, partition, offset) = (m.topic(), m.partition(), m.offset());
+                    let env = Envelope {
+                        offset,
+                        msg: crate::kafka::record::message_of(&m),
+                    };
+                    let more = to.item(topic, partition, Item::Message(env));
+                    let mut ends = self.ends.borrow_mut();
+                    if !ends.is_empty() {
+                        let key = PartitionKey::new(topic, partition);
+                        if ends.get(&key).is_some_and(|&end| offset + 1 >= end) {
+                            let end = ends.remove(&key).unwrap_or(offset + 1);
+                            drop(ends);
+                            to.end(&key, end);
+                        }
+                    }
+                    if !more {
+                        break;
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    // The fetcher reached the end of partition `p` (of some topic): a tail of
+                    // transaction markers leaves the last message below the end offset.
+                    let mut ends = self.ends.borrow_mut();
+                    let mut of_p = ends.keys().filter(|k| k.partition == p);
+                    if let (Some(k), None) = (of_p.next().cloned(), of_p.next()) {
+                        let end = ends.remove(&k).unwrap_or_default();
+                        drop(ends);
+                        to.end(&k, end);
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("consume: {e}");
+                    break;
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, offsets: &[(PartitionKey, i64)]) -> Result<(), SourceError> {
+        let tpl = self.owned(offsets);
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        self.queue.commit(&tpl).map_err(kafka("offset commit"))
+    }
+
+    fn commit_sync(&mut self, offsets: &[(PartitionKey, i64)]) -> Result<(), SourceError> {
+        self.commit_now(offsets)
+    }
+
+    fn committed(&self, key: &PartitionKey) -> Option<i64> {
+        self.confirmed.get(&key.topic, key.partition)
+    }
+
+    fn committed_all(&self) -> BTreeMap<String, i64> {
+        self.confirmed.snapshot()
+    }
+
+    fn pause(&mut self, keys: &[PartitionKey]) {
+        if let Err(e) = self.consumer.pause(&tpl_of(keys)) {
+            tracing::warn!("pause failed: {e}");
+        }
+    }
+
+    fn resume(&mut self, keys: &[PartitionKey]) {
+        if let Err(e) = self.consumer.resume(&tpl_of(keys)) {
+            tracing::warn!("resume failed: {e}");
+        }
+    }
+
+    fn high_watermark(&self, key: &PartitionKey) -> Option<i64> {
+        super::high_watermark::cached_high(&self.consumer, &key.topic, key.partition)
+    }
+
+    fn close(&mut self, to: &mut dyn Handler) {
+        // Leaving the group revokes everything: settle and commit it first.
+        let owned = self
+            .consumer
+            .assignment()
+            .map(|a| keys_of(&a))
+            .unwrap_or_default();
+        if !owned.is_empty() {
+            let offsets = to.revoked(&owned);
+            if let Err(e) = self.commit_now(&offsets) {
+                tracing::warn!("final commit: {e}");
+            }
+        }
+        self.consumer.context().closing.store(true, Ordering::Relaxed);
+        lock(&self.consumer.context().pending).clear();
+        self.queue.serve(100);
+        self.consumer.unsubscribe();
+    }
+}
+
+impl KafkaSource {
+    /// Commits synchronously (while the partitions are still owned).
+    fn commit_now(&self, offsets: &[(PartitionKey, i64)]) -> Result<(), SourceError> {
+        let tpl = self.owned(offsets);
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        match self.consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => {
+                self.metrics.commits.with_label_values(&["ok"]).inc();
+                for (k, o) in offsets {
+                    self.confirmed.confirm(&k.topic, k.partition, *o);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.commits.with_label_values(&["error"]).inc();
+                Err(SourceError::Kafka {
+                    what: "offset commit".into(),
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        // Dropping the consumer leaves the group; its revoke must not wait for a poll.
+        self.consumer.context().closing.store(true, Ordering::Relaxed);
+    }
+}
+
+impl KafkaSource {
+    /// The offsets of partitions this member owns now (never commit for one it lost).
+    fn owned(&self, offsets: &[(PartitionKey, i64)]) -> TopicPartitionList {
+        let owned = self.consumer.assignment().ok();
+        let mut tpl = TopicPartitionList::new();
+        for (k, o) in offsets {
+            if owned
+                .as_ref()
+                .is_some_and(|a| a.find_partition(&k.topic, k.partition).is_none())
+            {
+                tracing::error!(key = %k, "refusing to commit: the partition is not assigned to this member");
+                continue;
+            }
+            let _ = tpl.add_partition_offset(&k.topic, k.partition, Offset::Offset(*o));
+        }
+        tpl
+    }
+}
