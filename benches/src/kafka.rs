@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use weir::kafka::embedded::EmbeddedBroker;
-use weir::pipeline::{self, RunOptions};
+use weir::runtime::{self, RunOptions};
 
 /// Messages in the topic (8 partitions × ~4 MB stays under the mock cluster's retention).
 pub const N: usize = 200_000;
@@ -62,9 +62,8 @@ pub fn yaml(bootstrap: &str, plugin: &str, stages: usize, drivers: usize) -> Str
 pub fn drain(yaml: &str) -> Duration {
     let cfg = weir::config::load_str(std::path::Path::new("bench.yaml"), yaml, &|_| None)
         .expect("bench pipeline");
-    let report = pipeline::run(&cfg, &RunOptions::default()).expect("pipeline runs");
+    let report = runtime::run(&cfg, &RunOptions::default()).expect("pipeline runs");
     assert_eq!(report.read as usize, N, "drained the whole topic");
-    let k = report.kafka.expect("kafka report");
-    assert!(k.reached_end);
-    Duration::from_secs_f64(k.consuming_ms / 1e3)
+    assert!(report.reached_end);
+    Duration::from_secs_f64(report.consuming_ms / 1e3)
 }

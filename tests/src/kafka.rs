@@ -342,7 +342,7 @@ pub fn produce(
 /// The sum of the offsets a run report says were committed (`kafka.committed`), i.e. how many
 /// messages the run committed when every partition started at 0.
 pub fn committed_total(report: &serde_json::Value) -> i64 {
-    report["kafka"]["committed"]
+    report["committed"]
         .as_object()
         .expect("a Kafka run report")
         .values()

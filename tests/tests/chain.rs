@@ -68,7 +68,7 @@ fn filter_enrich_route_reject_and_counts_add_up() {
     assert_eq!(paid["keep"], 100);
     assert_eq!(rep["written"], 100);
     assert_eq!(rep["rejected"], 1);
-    assert_eq!(rep["done_through_offset"], 300);
+    assert_eq!(rep["committed"]["in/0"], 301, "everything read is done");
     assert!(stderr(&o).contains("Completed"), "summary printed");
 }
 
@@ -102,7 +102,7 @@ fn flat_map_reject_and_fail_stop_before_the_failed_message() {
         .unwrap()
         .contains("asked to fail at offset 4"));
     assert_eq!(
-        rep["done_through_offset"], 3,
+        rep["committed"]["in/0"], 4,
         "nothing at or after the failed message counts as done"
     );
     assert!(stderr(&o).contains("failed at offset 4"));
@@ -136,7 +136,7 @@ fn a_fail_in_a_later_stage_truncates_what_earlier_stages_emitted() {
     );
     assert_eq!(rep["stages"][0]["contract"], "typed");
     assert_eq!(rep["stages"][1]["contract"], "batch");
-    assert_eq!(rep["done_through_offset"], 1);
+    assert_eq!(rep["committed"]["in/0"], 2, "committed up to the failed offset");
 }
 
 #[test]

@@ -159,7 +159,7 @@ fn on_trap_fail_stops_the_pipeline_before_the_message() {
         .as_str()
         .unwrap()
         .starts_with("trap: "));
-    assert_eq!(rep["done_through_offset"], 0);
+    assert_eq!(rep["committed"]["in/0"], 1, "committed up to the failed offset");
 }
 
 #[test]

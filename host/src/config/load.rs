@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::locate::line_of_path;
 use super::{PipelineConfig, SinkConfig, SourceConfig};
 
 /// A pipeline file that cannot be used. The message names the file, line and field.
@@ -49,12 +50,10 @@ fn check_granted_dirs(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, St
     for (i, s) in cfg.stages.iter().enumerate() {
         for (j, d) in s.allow.dirs.iter().enumerate() {
             if !d.host.is_dir() {
-                return Err((
-                    line_of(text, "host:"),
-                    format!(
-                        "field `stages[{i}].allow.dirs[{j}].host`: {} is not a folder",
-                        d.host.display()
-                    ),
+                return Err(at(
+                    text,
+                    &format!("stages[{i}].allow.dirs[{j}].host"),
+                    format_args!("{} is not a folder", d.host.display()),
                 ));
             }
         }
@@ -166,61 +165,52 @@ fn interpolate(
     Ok(out)
 }
 
-/// The 1-based line where `needle` first appears after `from_line` (best effort, for errors).
-fn line_of(text: &str, needle: &str) -> usize {
-    text.lines()
-        .position(|l| l.contains(needle))
-        .map_or(0, |i| i + 1)
+/// An error about the field at `path`: its line, and the message naming the field.
+fn at(text: &str, path: &str, what: impl std::fmt::Display) -> (usize, String) {
+    (line_of_path(text, path), format!("field `{path}`: {what}"))
 }
 
+/// Every check that spans fields or needs more than a type: all in one place.
 fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
     let mut seen = std::collections::HashSet::new();
     for (i, s) in cfg.stages.iter().enumerate() {
         if s.name.is_empty() {
-            return Err((
-                line_of(text, "name:"),
-                format!("field `stages[{i}].name`: must not be empty"),
-            ));
+            return Err(at(text, &format!("stages[{i}].name"), "must not be empty"));
         }
         if !seen.insert(s.name.as_str()) {
-            return Err((
-                line_of(text, &format!("name: {}", s.name)),
-                format!(
-                    "field `stages[{i}].name`: stage name `{}` is used twice",
-                    s.name
-                ),
+            return Err(at(
+                text,
+                &format!("stages[{i}].name"),
+                format_args!("stage name `{}` is used twice", s.name),
             ));
         }
         for (j, d) in s.allow.dirs.iter().enumerate() {
             if !d.guest.starts_with('/') {
-                return Err((
-                    line_of(text, "guest:"),
-                    format!(
-                        "field `stages[{i}].allow.dirs[{j}].guest`: {:?} must be an absolute path such as /data",
-                        d.guest
-                    ),
+                return Err(at(
+                    text,
+                    &format!("stages[{i}].allow.dirs[{j}].guest"),
+                    format_args!("{:?} must be an absolute path such as /data", d.guest),
                 ));
             }
         }
         if s.limits.timeout.is_zero() {
-            return Err((
-                line_of(text, "timeout:"),
-                format!("field `stages[{i}].limits.timeout`: must be above zero"),
+            return Err(at(
+                text,
+                &format!("stages[{i}].limits.timeout"),
+                "must be above zero",
             ));
         }
     }
     if cfg.runtime.drivers == 0 {
-        return Err((
-            line_of(text, "drivers:"),
-            "field `runtime.drivers`: must be at least 1".into(),
-        ));
+        return Err(at(text, "runtime.drivers", "must be at least 1"));
     }
     if let Some(cores) = &cfg.runtime.cores {
         if cores.len() < cfg.runtime.drivers {
-            return Err((
-                line_of(text, "cores:"),
-                format!(
-                    "field `runtime.cores`: {} cores listed for {} drivers",
+            return Err(at(
+                text,
+                "runtime.cores",
+                format_args!(
+                    "{} cores listed for {} drivers",
                     cores.len(),
                     cfg.runtime.drivers
                 ),
@@ -229,25 +219,20 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
     }
     if let SourceConfig::Kafka(k) = &cfg.source {
         if k.topics.is_empty() {
-            return Err((
-                line_of(text, "topics:"),
-                "field `source.kafka.topics`: name at least one topic".into(),
-            ));
+            return Err(at(text, "source.kafka.topics", "name at least one topic"));
         }
         for key in ["enable.auto.commit", "enable.auto.offset.store", "group.id"] {
             if k.properties.contains_key(key) {
-                return Err((
-                    line_of(text, key),
-                    format!("field `source.kafka.properties.{key}`: set by Weir (commits follow handled messages; use `group`)"),
+                return Err(at(
+                    text,
+                    &format!("source.kafka.properties.{key}"),
+                    "set by Weir (commits follow handled messages; use `group`)",
                 ));
             }
         }
     }
     if cfg.batch.max_messages == 0 {
-        return Err((
-            line_of(text, "max_messages:"),
-            "field `batch.max_messages`: must be at least 1".into(),
-        ));
+        return Err(at(text, "batch.max_messages", "must be at least 1"));
     }
     Ok(())
 }

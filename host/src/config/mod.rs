@@ -8,6 +8,7 @@
 
 mod kafka;
 mod load;
+mod locate;
 mod size;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use serde::Deserialize;
 
 pub use kafka::{property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
 pub use load::{load, load_str, ConfigError};
+pub use locate::line_of_path;
 pub use size::ByteSize;
 
 /// A whole pipeline: a source, stages in order, a sink and a reject path.
