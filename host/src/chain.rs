@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::StageSlot;
 use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
-use crate::engine::StageSlot;
 
 /// Outcome counts of one stage.
 #[derive(Debug, Clone, Default, serde::Serialize)]

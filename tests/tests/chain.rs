@@ -136,7 +136,10 @@ fn a_fail_in_a_later_stage_truncates_what_earlier_stages_emitted() {
     );
     assert_eq!(rep["stages"][0]["contract"], "typed");
     assert_eq!(rep["stages"][1]["contract"], "batch");
-    assert_eq!(rep["committed"]["in/0"], 2, "committed up to the failed offset");
+    assert_eq!(
+        rep["committed"]["in/0"], 2,
+        "committed up to the failed offset"
+    );
 }
 
 #[test]

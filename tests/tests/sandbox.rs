@@ -159,7 +159,10 @@ fn on_trap_fail_stops_the_pipeline_before_the_message() {
         .as_str()
         .unwrap()
         .starts_with("trap: "));
-    assert_eq!(rep["committed"]["in/0"], 1, "committed up to the failed offset");
+    assert_eq!(
+        rep["committed"]["in/0"], 1,
+        "committed up to the failed offset"
+    );
 }
 
 #[test]

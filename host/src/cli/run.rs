@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use crate::config::{PipelineConfig, SinkConfig, SourceConfig};
 use crate::kafka::embedded::EmbeddedBroker;
-use crate::runtime::{self, RunOptions};
 use crate::report::ExitState;
+use crate::runtime::{self, RunOptions};
 
 /// Arguments of `weir run`.
 #[derive(Debug, clap::Args)]
@@ -92,7 +92,9 @@ fn embedded(cfg: &mut PipelineConfig, args: &RunArgs) -> Result<EmbeddedBroker, 
         }
     }
     if topics.is_empty() {
-        return Err("--embedded-broker needs a pipeline with a Kafka source, sink or reject path".into());
+        return Err(
+            "--embedded-broker needs a pipeline with a Kafka source, sink or reject path".into(),
+        );
     }
     for t in &topics {
         broker

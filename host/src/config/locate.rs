@@ -25,7 +25,10 @@ fn lines(text: &str) -> Vec<Line<'_>> {
         let mut indent = raw.len() - trimmed.len();
         let mut text = trimmed;
         let mut item = None;
-        while let Some(rest) = text.strip_prefix("- ").or(text.strip_prefix('-').filter(|r| r.is_empty())) {
+        while let Some(rest) = text
+            .strip_prefix("- ")
+            .or(text.strip_prefix('-').filter(|r| r.is_empty()))
+        {
             item.get_or_insert(indent);
             let rest_trim = rest.trim_start();
             indent += text.len() - rest_trim.len();
@@ -92,7 +95,9 @@ pub fn line_of_path(text: &str, path: &str) -> usize {
         match segs[i] {
             Segment::Index(n) => {
                 let dash = all[lo..hi].iter().filter_map(|l| l.item).min();
-                let items: Vec<usize> = (lo..hi).filter(|&j| all[j].item == dash && dash.is_some()).collect();
+                let items: Vec<usize> = (lo..hi)
+                    .filter(|&j| all[j].item == dash && dash.is_some())
+                    .collect();
                 let Some(&start) = items.get(n) else { break };
                 let end = items.get(n + 1).copied().unwrap_or(hi);
                 (lo, hi, at) = (start, end, all[start].number);
@@ -162,13 +167,21 @@ runtime:
         assert_eq!(line_of_path(YAML, "stages[1].name"), 12);
         assert_eq!(line_of_path(YAML, "stages[2].name"), 15);
         assert_eq!(line_of_path(YAML, "runtime.drivers"), 21);
-        assert_eq!(line_of_path(YAML, "stages[3].plugin"), 19, "flow style: its line");
+        assert_eq!(
+            line_of_path(YAML, "stages[3].plugin"),
+            19,
+            "flow style: its line"
+        );
         assert_eq!(
             line_of_path(YAML, "source.kafka.properties.enable.auto.commit"),
             6,
             "dotted keys"
         );
         assert_eq!(line_of_path(YAML, "."), 1);
-        assert_eq!(line_of_path(YAML, "stages[9]"), 7, "missing: the nearest parent");
+        assert_eq!(
+            line_of_path(YAML, "stages[9]"),
+            7,
+            "missing: the nearest parent"
+        );
     }
 }

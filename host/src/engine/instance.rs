@@ -458,7 +458,9 @@ const OUTPUT_MESSAGE_COST: usize = 32;
 
 /// `max_output` size of a typed `next` answer: payload plus [`OUTPUT_MESSAGE_COST`] per message.
 fn output_len(msgs: &[Message]) -> usize {
-    msgs.iter().map(|m| m.byte_len() + OUTPUT_MESSAGE_COST).sum()
+    msgs.iter()
+        .map(|m| m.byte_len() + OUTPUT_MESSAGE_COST)
+        .sum()
 }
 
 /// `max_output` size of a packed `next` answer, counted as [`output_len`] counts it.

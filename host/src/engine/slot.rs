@@ -45,7 +45,6 @@ impl StageSlot {
     }
 }
 
-
 /// Sets `weir_plugin_info` to what every slot runs now.
 pub fn publish_plugin_info(slots: &[Arc<StageSlot>], metrics: &crate::metrics::Metrics) {
     let current: Vec<(Arc<str>, Arc<Plugin>)> = slots

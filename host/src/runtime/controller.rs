@@ -77,7 +77,11 @@ impl Controller {
             .collect();
         if !due.is_empty() {
             if let Err(e) = self.source.commit(&due) {
-                self.core.metrics.commits.with_label_values(&["error"]).inc();
+                self.core
+                    .metrics
+                    .commits
+                    .with_label_values(&["error"])
+                    .inc();
                 tracing::warn!("{e}");
             }
         }
@@ -99,10 +103,7 @@ impl Controller {
             }
             // Take a burst of messages, unless flow control holds: then wait for completions.
             if self.core.reading() {
-                if let Err(e) = self
-                    .source
-                    .poll(&mut self.core, Duration::from_millis(10))
-                {
+                if let Err(e) = self.source.poll(&mut self.core, Duration::from_millis(10)) {
                     self.core.fail(e.into());
                 }
             } else {

@@ -111,5 +111,4 @@ impl Core {
         counted("resume", resume.len());
         (pause, resume)
     }
-
 }

@@ -180,4 +180,3 @@ pub(crate) fn start_signals(
         .expect("spawning the signal thread");
     Ok(SignalGuard(handle))
 }
-

@@ -182,9 +182,6 @@ impl Sink for KafkaSink {
     }
 
     fn delivered(&self) -> u64 {
-        self.producer
-            .context()
-            .acknowledged
-            .load(Ordering::Relaxed)
+        self.producer.context().acknowledged.load(Ordering::Relaxed)
     }
 }

@@ -65,7 +65,10 @@ impl JsonlSource {
                     what: what.clone(),
                     source,
                 })?;
-                (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), what)
+                (
+                    Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
+                    what,
+                )
             }
             SourceConfig::Stdin(_) => (
                 Box::new(std::io::BufReader::new(std::io::stdin())),
@@ -200,11 +203,7 @@ impl Source for JsonlSource {
     }
 }
 
-fn read_lines(
-    mut reader: Box<dyn BufRead + Send>,
-    tx: &Sender<Line>,
-    stop: &AtomicBool,
-) {
+fn read_lines(mut reader: Box<dyn BufRead + Send>, tx: &Sender<Line>, stop: &AtomicBool) {
     let mut offset: i64 = 0;
     let mut line = String::new();
     while !stop.load(Ordering::Relaxed) {

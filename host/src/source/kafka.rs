@@ -84,7 +84,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Carries out a rebalance: assign, or release the partitions.
 fn apply(consumer: &BaseConsumer<SourceContext>, ev: &Pending) {
-    let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    let cooperative = matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    );
     let r = match ev {
         Pending::Assign(tpl) if cooperative => consumer.incremental_assign(tpl),
         Pending::Assign(tpl) => consumer.assign(tpl),
@@ -359,7 +362,10 @@ impl Source for KafkaSource {
                 tracing::warn!("final commit: {e}");
             }
         }
-        self.consumer.context().closing.store(true, Ordering::Relaxed);
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Relaxed);
         lock(&self.consumer.context().pending).clear();
         self.queue.serve(100);
         self.consumer.unsubscribe();
@@ -395,7 +401,10 @@ impl KafkaSource {
 impl Drop for KafkaSource {
     fn drop(&mut self) {
         // Dropping the consumer leaves the group; its revoke must not wait for a poll.
-        self.consumer.context().closing.store(true, Ordering::Relaxed);
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Relaxed);
     }
 }
 
