@@ -13,7 +13,8 @@
 //! * `headers` is a list of `[name, value]` pairs (order and duplicates kept); on input an
 //!   object `{"name": value}` is accepted too.
 //! * `timestamp` is milliseconds since the Unix epoch; `topic` is the output topic a stage set.
-//!   Output lines of the reject path add `reject` (reason, stage, plugin, source) fields.
+//!   Output lines of the reject path add `reject` (reason, stage, plugin, source) fields; on
+//!   input they read as the `weir.*` headers of a dead-letter record (`weir replay`).
 
 use base64::Engine as _;
 use serde_json::{json, Map, Value};
@@ -81,12 +82,11 @@ pub fn parse_line(line: &str) -> Result<Message, ParseError> {
                     _ => return Err(ParseError("`topic` must be a string".into())),
                 }
             }
-            "headers" => msg.headers = parse_headers(&v)?,
-            other => {
-                return Err(ParseError(format!(
-                    "unknown field `{other}` (expected key, value, headers, timestamp, topic)"
-                )))
-            }
+            "headers" => msg.headers.extend(parse_headers(&v)?),
+            "reject" => msg.headers.extend(reject_headers(&v)?),
+            other => return Err(ParseError(format!(
+                "unknown field `{other}` (expected key, value, headers, timestamp, topic, reject)"
+            ))),
         }
     }
     Ok(msg)
@@ -115,6 +115,45 @@ fn parse_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
             "`headers` must be a list of [name, value] pairs or an object".into(),
         )),
     }
+}
+
+/// The `reject` object of a reject-path line as the `weir.*` headers a dead-letter topic
+/// carries (so a reject file replays like a DLQ topic).
+fn reject_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
+    let bad = || ParseError("`reject` must be an object with reason, stage, plugin, source".into());
+    let r = v.as_object().ok_or_else(bad)?;
+    let text = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let source = r.get("source").and_then(Value::as_object);
+    let fields = [
+        ("weir.reason", text(r.get("reason"))),
+        ("weir.stage", text(r.get("stage"))),
+        ("weir.plugin", text(r.get("plugin"))),
+        (
+            "weir.source.topic",
+            text(source.and_then(|s| s.get("topic"))),
+        ),
+        (
+            "weir.source.partition",
+            text(source.and_then(|s| s.get("partition"))),
+        ),
+        (
+            "weir.source.offset",
+            text(source.and_then(|s| s.get("offset"))),
+        ),
+    ];
+    Ok(fields
+        .into_iter()
+        .filter_map(|(k, v)| {
+            v.map(|v| Header {
+                key: k.to_owned(),
+                value: Some(v.into_bytes()),
+            })
+        })
+        .collect())
 }
 
 /// Renders a message as a JSON object (fields that are absent are left out).

@@ -8,6 +8,7 @@ mod check;
 pub mod component;
 mod inspect;
 mod new;
+mod replay;
 mod run;
 mod test;
 
@@ -49,6 +50,8 @@ enum Command {
         /// The plugin component (`.wasm`).
         plugin: PathBuf,
     },
+    /// Replay dead-letter records (a DLQ topic or a reject JSONL file) to their source topics.
+    Replay(replay::ReplayArgs),
     /// Print the JSON Schema of the pipeline YAML.
     Schema,
     /// Run a throw-away Kafka-protocol broker in this process (development and tests).
@@ -82,6 +85,7 @@ pub fn main() -> ExitCode {
         Command::Inspect { plugin } => inspect::inspect(&plugin),
         Command::New(args) => new::new(&args),
         Command::Broker(args) => broker::broker(&args),
+        Command::Replay(args) => replay::replay(&args),
         Command::Component(args) => component::component(&args),
         Command::Schema => {
             print!("{}", crate::config::schema());
