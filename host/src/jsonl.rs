@@ -84,9 +84,11 @@ pub fn parse_line(line: &str) -> Result<Message, ParseError> {
             }
             "headers" => msg.headers.extend(parse_headers(&v)?),
             "reject" => msg.headers.extend(reject_headers(&v)?),
-            other => return Err(ParseError(format!(
+            other => {
+                return Err(ParseError(format!(
                 "unknown field `{other}` (expected key, value, headers, timestamp, topic, reject)"
-            ))),
+            )))
+            }
         }
     }
     Ok(msg)

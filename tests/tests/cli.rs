@@ -566,3 +566,66 @@ fn kafka_config_mistakes_name_the_file_line_and_field() {
         assert!(e.contains(at) && e.contains(hint), "{yaml}\n{e}");
     }
 }
+
+/// Metrics are not only for Kafka: a local pipeline serves `/metrics`, `/healthz` and
+/// `/readyz` too, with its stage and source counts.
+#[test]
+fn a_local_pipeline_serves_metrics_and_health() {
+    use std::io::Write;
+    let s = scratch!();
+    let port = weir_tests::free_port();
+    s.write(
+        "p.yaml",
+        &format!(
+            "source:\n  stdin: {{ topic: live }}\nstages:\n  - name: m\n    plugin: {}\nsink:\n  discard: {{}}\nruntime:\n  metrics: 127.0.0.1:{port}\n",
+            plugins::MISBEHAVE
+        ),
+    );
+    let mut child = s
+        .weir(&["run", "p.yaml"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for _ in 0..10 {
+        stdin
+            .write_all(b"{\"value\": \"a\"}\n{\"value\": \"reject\"}\n")
+            .unwrap();
+    }
+    stdin.flush().unwrap();
+    // Wait until the twenty messages went through the stage (the source stays open).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let body = loop {
+        let ok = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        if ok {
+            let (_, body) = weir_tests::scrape(port, "/metrics");
+            if weir_tests::gauge(
+                &body,
+                "weir_stage_messages_total{outcome=\"reject\",stage=\"m\"}",
+            ) == Some(10.0)
+            {
+                break body;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "no metrics in time");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(
+        weir_tests::gauge(&body, "weir_consumed_messages_total"),
+        Some(20.0)
+    );
+    assert_eq!(
+        weir_tests::gauge(
+            &body,
+            "weir_stage_messages_total{outcome=\"keep\",stage=\"m\"}"
+        ),
+        Some(10.0)
+    );
+    assert!(body.contains("weir_plugin_info{plugin="), "{body}");
+    assert_eq!(weir_tests::scrape(port, "/healthz").0, 200);
+    assert_eq!(weir_tests::scrape(port, "/readyz").0, 200);
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}

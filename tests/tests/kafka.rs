@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use weir_tests::kafka::{kafka_pipeline, Broker, Record};
 use weir_tests::plugins::{JSON_ENRICH, JSON_FILTER, MISBEHAVE, PASSTHROUGH};
-use weir_tests::{scratch, stage, stderr, Scratch};
+use weir_tests::{free_port, gauge, scrape, scratch, stage, stderr, Scratch};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
@@ -535,27 +535,6 @@ fn processes_joining_and_leaving_one_group_share_partitions_without_loss_eager()
     share_partitions("eager");
 }
 
-fn scrape(port: u16, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut text = String::new();
-    c.read_to_string(&mut text).unwrap();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
-    (code, body)
-}
-
-fn gauge(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find(|l| l.starts_with(name) && !l.starts_with('#'))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 #[test]
 fn a_slow_stage_holds_the_partition_keeps_bytes_under_the_budget_and_resumes() {
     let b = Broker::start(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
@@ -572,11 +551,7 @@ fn a_slow_stage_holds_the_partition_keeps_bytes_under_the_budget_and_resumes() {
             }
         }),
     );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let budget = 16 * 1024;
     let s = scratch!();
     s.write(
@@ -651,11 +626,7 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
     let pad = "y".repeat(2000);
     let n = 400;
     source.produce("in", &records(n, 1, |i| format!("{pad}{i}")));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let budget = 64 * 1024;
     let yaml = kafka_pipeline(
         &source.bootstrap,
