@@ -23,17 +23,22 @@ pub fn broker() -> EmbeddedBroker {
     broker.create_topic("out", PARTITIONS).expect("topic");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("in.jsonl");
-    let mut text = String::with_capacity(N * 140);
-    for i in 0..N {
+    std::fs::write(&path, seed_lines(N)).expect("seed file");
+    assert_eq!(broker.seed_jsonl("in", &path).expect("seeded"), N as u64);
+    broker
+}
+
+/// `n` JSONL lines, each a ~100-byte JSON value with a key (the benchmarks' input).
+pub fn seed_lines(n: usize) -> String {
+    let mut text = String::with_capacity(n * 140);
+    for i in 0..n {
         let v = format!(
             r#"{{\"id\":{i},\"status\":\"paid\",\"region\":\"eu\",\"pad\":\"{}\"}}"#,
             "x".repeat(48)
         );
         text.push_str(&format!("{{\"key\":\"key-{i:05}\",\"value\":\"{v}\"}}\n"));
     }
-    std::fs::write(&path, text).expect("seed file");
-    assert_eq!(broker.seed_jsonl("in", &path).expect("seeded"), N as u64);
-    broker
+    text
 }
 
 /// The pipeline: `in` → `stages` copies of `plugin` on `drivers` drivers → `out`, with a

@@ -23,7 +23,8 @@ pub struct KafkaSource {
     #[serde(default)]
     pub assignor: Assignor,
     /// Stop once every assigned partition is fully handled up to the end it had when it was
-    /// assigned (drain a topic and exit; used by the quickstart and the benchmarks).
+    /// assigned (drain a topic and exit; used by the quickstart, the benchmarks and `weir
+    /// replay`). The ends of all partitions are read in one request per assignment.
     #[serde(default)]
     pub stop_at_end: bool,
     /// How often handled offsets are committed.

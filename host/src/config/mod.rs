@@ -329,8 +329,8 @@ pub struct RuntimeConfig {
     #[serde(default = "default_drain", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub drain_timeout: Duration,
-    /// Driver threads, each with its own stage instances and its own partitions (Kafka
-    /// sources; local sources use one).
+    /// Driver threads, each with its own stage instances and its own partitions (a local
+    /// source is one partition, so one driver does its work).
     #[serde(default = "default_drivers")]
     pub drivers: usize,
     /// Pin each driver thread to a CPU core (`cores`, else driver i on core i).
