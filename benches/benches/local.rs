@@ -30,7 +30,11 @@ fn local(c: &mut Criterion) {
         .throughput(Throughput::Elements(N as u64));
     for (name, stages) in [("native", 0), ("wasm_1", 1)] {
         let mut yaml = format!("source:\n  jsonl:\n    path: {}\n", input.display());
-        yaml.push_str(if stages == 0 { "stages: []\n" } else { "stages:\n" });
+        yaml.push_str(if stages == 0 {
+            "stages: []\n"
+        } else {
+            "stages:\n"
+        });
         for i in 0..stages {
             yaml.push_str(&format!("  - name: pass{i}\n    plugin: {PASSTHROUGH}\n"));
         }

@@ -629,3 +629,32 @@ fn a_local_pipeline_serves_metrics_and_health() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// A long local run shows a progress line on a terminal, and none when stderr is not one.
+#[test]
+fn a_progress_line_shows_on_a_terminal_only() {
+    let s = scratch!();
+    s.jsonl("in.jsonl", &vec![json!({"value": "slow"}); 80]);
+    s.write(
+        "p.yaml",
+        &format!(
+            "source:\n  jsonl:\n    path: in.jsonl\nstages:\n  - name: m\n    plugin: {}\nsink:\n  discard: {{}}\nbatch:\n  max_messages: 1\n",
+            plugins::MISBEHAVE
+        ),
+    );
+    // `script` runs weir on a pseudo-terminal and copies what it shows to stdout.
+    let weir = env!("CARGO_BIN_EXE_weir");
+    let o = std::process::Command::new("script")
+        .args(["-qec", &format!("{weir} run p.yaml"), "/dev/null"])
+        .env("WEIR_CACHE_DIR", s.path("cache"))
+        .current_dir(s.dir.path())
+        .output()
+        .expect("script (util-linux) runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("msg/s)"), "{shown}");
+    assert!(shown.contains(" read ("), "{shown}");
+    let o = s.run(&["run", "p.yaml"]);
+    assert!(o.status.success());
+    assert!(!stderr(&o).contains("msg/s)"), "{}", stderr(&o));
+}

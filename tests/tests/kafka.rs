@@ -889,6 +889,68 @@ fn a_jsonl_file_flows_through_a_chain_into_kafka_with_rejects_in_the_dlq() {
     assert_eq!(rep["malformed"], 1);
     assert_eq!(rep["written"], 27);
     assert_eq!(rep["rejected"], 4);
+
+    // And back: Kafka into a JSONL file.
+    s.write(
+        "back.yaml",
+        &format!(
+            "source:\n  kafka:\n    brokers: {}\n    topics: [out]\n    group: g-back\n    stop_at_end: true\nsink:\n  jsonl:\n    path: back.jsonl\nruntime:\n  report: back.json\n",
+            b.bootstrap
+        ),
+    );
+    let o = s.run(&["run", "back.yaml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut back: Vec<String> = s
+        .read_jsonl("back.jsonl")
+        .iter()
+        .map(|l| l["key"].as_str().unwrap().to_owned())
+        .collect();
+    back.sort();
+    assert_eq!(back, want);
+
+    // A reject JSONL file replays like a dead-letter topic: the stage's three rejects go back
+    // to `orders`, the malformed line is filtered out by `--stage`.
+    s.write(
+        "local.yaml",
+        &format!(
+            "source:\n  jsonl:\n    path: in.jsonl\n    topic: orders\nstages:\n{}sink:\n  discard: {{}}\nreject:\n  jsonl:\n    path: rejected.jsonl\n",
+            stage("m", MISBEHAVE, &[])
+        ),
+    );
+    assert!(s.run(&["run", "local.yaml"]).status.success());
+    let replay = |extra: &[&str]| {
+        let mut args = vec![
+            "replay",
+            "--file",
+            "rejected.jsonl",
+            "--stage",
+            "m",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = s.run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<Value>(&o.stdout).expect("report")
+    };
+    let dry = replay(&["--dry-run"]);
+    assert_eq!(
+        (
+            dry["written"].as_u64(),
+            dry["stages"][0]["dropped"].as_u64()
+        ),
+        (Some(3), Some(1)),
+        "{dry}"
+    );
+    let done = replay(&["--to-brokers", &b.bootstrap]);
+    assert_eq!(done["written"], 3, "{done}");
+    let replayed = b.read("orders");
+    assert_eq!(replayed.len(), 3);
+    assert!(
+        replayed
+            .iter()
+            .all(|r| r.value == "reject" && r.headers.is_empty()),
+        "{replayed:?}"
+    );
 }
 
 /// The dead-letter round trip: a stage rejects some messages → `weir replay --dry-run`
