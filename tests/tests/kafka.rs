@@ -843,6 +843,16 @@ fn a_plugin_replaced_mid_stream_swaps_on_every_driver_without_loss_or_reordering
     );
 }
 
+/// Runs `weir replay FROM... EXTRA... --json`; its JSON report.
+fn replay_json(s: &Scratch, from: &[&str], extra: &[&str]) -> Value {
+    let mut args = vec!["replay", "--json"];
+    args.extend_from_slice(from);
+    args.extend_from_slice(extra);
+    let o = s.run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("report")
+}
+
 /// A JSONL file through a chain into Kafka: outputs to `out`, the stage's rejects and a
 /// malformed line to the dead-letter topic, each with where it came from; the file's one
 /// partition is committed to its end.
@@ -918,20 +928,8 @@ fn a_jsonl_file_flows_through_a_chain_into_kafka_with_rejects_in_the_dlq() {
         ),
     );
     assert!(s.run(&["run", "local.yaml"]).status.success());
-    let replay = |extra: &[&str]| {
-        let mut args = vec![
-            "replay",
-            "--file",
-            "rejected.jsonl",
-            "--stage",
-            "m",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let o = s.run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        serde_json::from_slice::<Value>(&o.stdout).expect("report")
-    };
+    let replay =
+        |extra: &[&str]| replay_json(&s, &["--file", "rejected.jsonl", "--stage", "m"], extra);
     let dry = replay(&["--dry-run"]);
     assert_eq!(
         (
@@ -984,20 +982,8 @@ fn reject_fix_the_stage_replay_and_every_message_is_delivered_once() {
     assert_eq!(b.read("out").len(), 15);
     assert_eq!(b.read("dlq").len(), 5);
 
-    let replay = |extra: &[&str]| {
-        let mut args = vec![
-            "replay",
-            "--topic",
-            "dlq",
-            "--brokers",
-            &b.bootstrap,
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let o = s.run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        serde_json::from_slice::<Value>(&o.stdout).expect("report")
-    };
+    let replay =
+        |extra: &[&str]| replay_json(&s, &["--topic", "dlq", "--brokers", &b.bootstrap], extra);
     let dry = replay(&["--dry-run"]);
     assert_eq!(dry["written"], 5, "{dry}");
     let dry = replay(&["--dry-run", "--stage", "other"]);

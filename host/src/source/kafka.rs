@@ -185,15 +185,7 @@ impl KafkaSource {
                 Pending::Error(e) => {
                     self.metrics.rebalances.with_label_values(&["error"]).inc();
                     tracing::warn!("rebalance error: {e}; releasing every partition");
-                    let keys = self
-                        .consumer
-                        .assignment()
-                        .map(|a| keys_of(&a))
-                        .unwrap_or_default();
-                    if !keys.is_empty() {
-                        let offsets = to.revoked(&keys);
-                        let _ = self.commit_now(&offsets);
-                    }
+                    self.release_all(to);
                 }
             }
             apply(&self.consumer, &ev);
@@ -351,17 +343,7 @@ impl Source for KafkaSource {
 
     fn close(&mut self, to: &mut dyn Handler) {
         // Leaving the group revokes everything: settle and commit it first.
-        let owned = self
-            .consumer
-            .assignment()
-            .map(|a| keys_of(&a))
-            .unwrap_or_default();
-        if !owned.is_empty() {
-            let offsets = to.revoked(&owned);
-            if let Err(e) = self.commit_now(&offsets) {
-                tracing::warn!("final commit: {e}");
-            }
-        }
+        self.release_all(to);
         self.consumer
             .context()
             .closing
@@ -373,6 +355,21 @@ impl Source for KafkaSource {
 }
 
 impl KafkaSource {
+    /// Revokes every owned partition through the handler and commits what it returns.
+    fn release_all(&self, to: &mut dyn Handler) {
+        let owned = self
+            .consumer
+            .assignment()
+            .map(|a| keys_of(&a))
+            .unwrap_or_default();
+        if !owned.is_empty() {
+            let offsets = to.revoked(&owned);
+            if let Err(e) = self.commit_now(&offsets) {
+                tracing::warn!("commit before releasing every partition: {e}");
+            }
+        }
+    }
+
     /// Commits synchronously (while the partitions are still owned).
     fn commit_now(&self, offsets: &[(PartitionKey, i64)]) -> Result<(), SourceError> {
         let tpl = self.owned(offsets);
