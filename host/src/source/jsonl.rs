@@ -4,12 +4,12 @@
 //! is not a message becomes an already rejected item with the raw line as its value.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
+use std::io::{BufRead, BufReader, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 
 use super::{Handler, Item, PartitionKey, Source, SourceError};
 use crate::chain::Rejected;
@@ -17,13 +17,15 @@ use crate::config::SourceConfig;
 use crate::jsonl;
 use crate::message::{Envelope, Message};
 
-/// Lines read ahead of the controller.
-const READ_AHEAD: usize = 4096;
+/// Items per chunk from the reader thread (one channel operation, one wake-up per chunk).
+const CHUNK: usize = 256;
+/// Chunks read ahead of the controller.
+const READ_AHEAD: usize = 16;
 /// Most items handed over per poll.
 const BURST: usize = 1024;
 
 enum Line {
-    Item(Item),
+    Items(Vec<Item>),
     Error(std::io::Error),
 }
 
@@ -32,6 +34,8 @@ pub struct JsonlSource {
     key: PartitionKey,
     what: String,
     rx: Option<Receiver<Line>>,
+    /// The rest of a chunk not yet handed over (the handler's budget was spent).
+    left: std::collections::VecDeque<Item>,
     stop: Arc<AtomicBool>,
     assigned: bool,
     ended: bool,
@@ -58,7 +62,7 @@ pub fn key(cfg: &SourceConfig) -> PartitionKey {
 impl JsonlSource {
     /// Opens the file (or standard input) and starts the reader thread.
     pub fn open(cfg: &SourceConfig) -> Result<Self, SourceError> {
-        let (reader, what): (Box<dyn BufRead + Send>, String) = match cfg {
+        let (reader, what): (Box<dyn Read + Send>, String) = match cfg {
             SourceConfig::Jsonl(j) => {
                 let what = j.path.display().to_string();
                 let f = std::fs::File::open(&j.path).map_err(|source| SourceError::Io {
@@ -70,28 +74,29 @@ impl JsonlSource {
                     what,
                 )
             }
-            SourceConfig::Stdin(_) => (
-                Box::new(std::io::BufReader::new(std::io::stdin())),
-                "stdin".into(),
-            ),
+            SourceConfig::Stdin(_) => (Box::new(std::io::stdin()), "stdin".into()),
             SourceConfig::Kafka(_) => unreachable!("a Kafka source is built by KafkaSource"),
         };
         Ok(Self::from_reader(key(cfg), what, reader))
     }
 
-    /// A source over any line reader (tests, replays).
-    pub fn from_reader(key: PartitionKey, what: String, reader: Box<dyn BufRead + Send>) -> Self {
+    /// A source over any reader of JSONL.
+    pub fn from_reader(key: PartitionKey, what: String, reader: Box<dyn Read + Send>) -> Self {
         let (tx, rx) = crossbeam_channel::bounded(READ_AHEAD);
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
         std::thread::Builder::new()
             .name("weir-source".into())
-            .spawn(move || read_lines(reader, &tx, &thread_stop))
+            .spawn(move || {
+                let reader = BufReader::with_capacity(1 << 20, reader);
+                read_lines(reader, &tx, &thread_stop)
+            })
             .expect("spawning the source reader");
         JsonlSource {
             key,
             what,
             rx: Some(rx),
+            left: std::collections::VecDeque::new(),
             stop,
             assigned: false,
             ended: false,
@@ -101,11 +106,23 @@ impl JsonlSource {
         }
     }
 
-    fn take(&mut self, line: Line, to: &mut dyn Handler) -> Result<bool, SourceError> {
+    /// Hands over what is left of the last chunk; false when the handler wants no more.
+    fn hand_over(&mut self, to: &mut dyn Handler, handed: &mut usize) -> bool {
+        while let Some(item) = self.left.pop_front() {
+            self.next = item.offset() + 1;
+            *handed += 1;
+            if !to.item(&self.key.topic, 0, item) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn take(&mut self, line: Line) -> Result<(), SourceError> {
         match line {
-            Line::Item(item) => {
-                self.next = item.offset() + 1;
-                Ok(to.item(&self.key.topic, 0, item))
+            Line::Items(items) => {
+                self.left.extend(items);
+                Ok(())
             }
             Line::Error(source) => Err(SourceError::Io {
                 what: self.what.clone(),
@@ -122,35 +139,35 @@ impl Source for JsonlSource {
             to.assigned(std::slice::from_ref(&self.key));
             return Ok(());
         }
-        let Some(rx) = self.rx.clone().filter(|_| !self.paused && !self.ended) else {
+        if self.paused || self.ended {
+            std::thread::sleep(timeout);
+            return Ok(());
+        }
+        let mut handed = 0;
+        if !self.hand_over(to, &mut handed) {
+            return Ok(());
+        }
+        let Some(rx) = self.rx.clone() else {
             std::thread::sleep(timeout);
             return Ok(());
         };
-        let first = match rx.recv_timeout(timeout) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => return Ok(()),
-            Err(RecvTimeoutError::Disconnected) => {
-                self.ended = true;
-                to.end(&self.key, self.next);
-                return Ok(());
-            }
-        };
-        if !self.take(first, to)? {
-            return Ok(());
-        }
-        for _ in 1..BURST {
-            match rx.try_recv() {
-                Ok(l) => {
-                    if !self.take(l, to)? {
-                        break;
-                    }
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
+        let mut wait = Some(timeout);
+        while handed < BURST {
+            let got = match wait.take() {
+                Some(t) => rx.recv_timeout(t).map_err(|e| e.is_disconnected()),
+                None => rx.try_recv().map_err(|e| e.is_disconnected()),
+            };
+            match got {
+                Ok(line) => self.take(line)?,
+                Err(false) => break,
+                Err(true) => {
                     self.ended = true;
                     to.end(&self.key, self.next);
                     break;
                 }
+            }
+            if !self.hand_over(to, &mut handed) {
+                break;
             }
         }
         Ok(())
@@ -203,15 +220,25 @@ impl Source for JsonlSource {
     }
 }
 
-fn read_lines(mut reader: Box<dyn BufRead + Send>, tx: &Sender<Line>, stop: &AtomicBool) {
+fn read_lines(mut reader: BufReader<Box<dyn Read + Send>>, tx: &Sender<Line>, stop: &AtomicBool) {
     let mut offset: i64 = 0;
     let mut line = String::new();
+    let mut chunk = Vec::with_capacity(CHUNK);
     while !stop.load(Ordering::Relaxed) {
+        // Hand over what is read before a read that may wait (stdin), and full chunks.
+        let would_wait = reader.buffer().is_empty();
+        if !chunk.is_empty() && (chunk.len() >= CHUNK || would_wait) {
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK));
+            if tx.send(Line::Items(full)).is_err() {
+                return;
+            }
+        }
         line.clear();
         match reader.read_line(&mut line) {
-            Ok(0) => return,
+            Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
+                let _ = tx.send(Line::Items(chunk));
                 let _ = tx.send(Line::Error(std::io::Error::new(
                     e.kind(),
                     format!("read error after line {offset}: {e}"),
@@ -223,7 +250,7 @@ fn read_lines(mut reader: Box<dyn BufRead + Send>, tx: &Sender<Line>, stop: &Ato
         if text.trim().is_empty() {
             continue;
         }
-        let item = match jsonl::parse_line(text) {
+        chunk.push(match jsonl::parse_line(text) {
             Ok(msg) => Item::Message(Envelope { offset, msg }),
             Err(e) => Item::Rejected(Rejected {
                 env: Envelope {
@@ -237,10 +264,10 @@ fn read_lines(mut reader: Box<dyn BufRead + Send>, tx: &Sender<Line>, stop: &Ato
                 plugin: String::new(),
                 reason: format!("malformed input line {}: {e}", offset + 1),
             }),
-        };
+        });
         offset += 1;
-        if tx.send(Line::Item(item)).is_err() {
-            return;
-        }
+    }
+    if !chunk.is_empty() {
+        let _ = tx.send(Line::Items(chunk));
     }
 }
