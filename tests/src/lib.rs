@@ -152,18 +152,23 @@ pub fn free_port() -> u16 {
 
 /// `GET path` on a local HTTP listener: status code and body.
 pub fn scrape(port: u16, path: &str) -> (u16, String) {
+    try_scrape(port, path).expect("metrics listener")
+}
+
+/// `GET path` on a local HTTP listener, or why not (not listening yet, connection reset).
+pub fn try_scrape(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n")?;
     let mut text = String::new();
-    c.read_to_string(&mut text).unwrap();
+    c.read_to_string(&mut text)?;
     let code = text
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map_or("", |x| x.1).to_owned();
-    (code, body)
+    Ok((code, body))
 }
 
 /// The value of the first sample of metric `name` (with or without labels) in a scrape.

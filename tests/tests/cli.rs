@@ -597,9 +597,7 @@ fn a_local_pipeline_serves_metrics_and_health() {
     // Wait until the twenty messages went through the stage (the source stays open).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let body = loop {
-        let ok = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-        if ok {
-            let (_, body) = weir_tests::scrape(port, "/metrics");
+        if let Ok((_, body)) = weir_tests::try_scrape(port, "/metrics") {
             if weir_tests::gauge(
                 &body,
                 "weir_stage_messages_total{outcome=\"reject\",stage=\"m\"}",
