@@ -982,8 +982,16 @@ fn reject_fix_the_stage_replay_and_every_message_is_delivered_once() {
     assert_eq!(b.read("out").len(), 15);
     assert_eq!(b.read("dlq").len(), 5);
 
-    let replay =
-        |extra: &[&str]| replay_json(&s, &["--topic", "dlq", "--brokers", &b.bootstrap], extra);
+    // The mock cluster makes a member joining a known group wait for the session timeout.
+    let from = [
+        "--topic",
+        "dlq",
+        "--brokers",
+        &b.bootstrap,
+        "--property",
+        "session.timeout.ms=6000",
+    ];
+    let replay = |extra: &[&str]| replay_json(&s, &from, extra);
     let dry = replay(&["--dry-run"]);
     assert_eq!(dry["written"], 5, "{dry}");
     let dry = replay(&["--dry-run", "--stage", "other"]);

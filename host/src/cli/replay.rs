@@ -38,6 +38,10 @@ pub struct ReplayArgs {
     /// sees records that arrived since.
     #[arg(long, default_value = "weir-replay")]
     group: String,
+    /// A librdkafka property for the Kafka clients (`security.protocol=SASL_SSL`, …;
+    /// repeatable).
+    #[arg(long = "property", value_name = "KEY=VALUE")]
+    properties: Vec<String>,
     /// Only records rejected by this stage.
     #[arg(long)]
     stage: Option<String>,
@@ -59,8 +63,26 @@ fn quoted(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
 
+/// The `properties:` block of a Kafka section (empty when none are given).
+fn properties(args: &ReplayArgs) -> Result<String, String> {
+    let mut out = String::new();
+    for p in &args.properties {
+        let (k, v) = p
+            .split_once('=')
+            .filter(|(k, _)| !k.is_empty())
+            .ok_or_else(|| format!("--property `{p}`: expected KEY=VALUE"))?;
+        out.push_str(&format!("      {}: {}\n", quoted(k), quoted(v)));
+    }
+    Ok(if out.is_empty() {
+        out
+    } else {
+        format!("    properties:\n{out}")
+    })
+}
+
 /// The pipeline YAML `weir replay` runs.
 fn pipeline(args: &ReplayArgs, plugin: &std::path::Path) -> Result<String, String> {
+    let props = properties(args)?;
     let source = match (&args.topic, &args.file) {
         (Some(topic), _) => {
             let brokers = args.brokers.as_deref().ok_or("--topic needs --brokers")?;
@@ -70,7 +92,7 @@ fn pipeline(args: &ReplayArgs, plugin: &std::path::Path) -> Result<String, Strin
                 args.group.clone()
             };
             format!(
-                "  kafka:\n    brokers: {}\n    topics: [{}]\n    group: {}\n    stop_at_end: true\n",
+                "  kafka:\n    brokers: {}\n    topics: [{}]\n    group: {}\n    stop_at_end: true\n{props}",
                 quoted(brokers),
                 quoted(topic),
                 quoted(&group)
@@ -92,7 +114,7 @@ fn pipeline(args: &ReplayArgs, plugin: &std::path::Path) -> Result<String, Strin
             .ok_or("replaying needs --to-brokers (or --brokers)")?;
         // Every replayed record names its topic; this one is never used.
         format!(
-            "  kafka:\n    brokers: {}\n    topic: weir-replay-unrouted\n",
+            "  kafka:\n    brokers: {}\n    topic: weir-replay-unrouted\n{props}",
             quoted(to)
         )
     };
