@@ -816,9 +816,14 @@ fn random_script(seed: u64) -> (Vec<Step>, usize) {
 
 #[test]
 fn model_random_rebalances_stalls_and_outcomes_never_commit_past_unfinished_work() {
+    // WEIR_MODEL_SEED=N replays one seed; WEIR_MODEL_SEEDS=N runs seeds 1..=N (default 200).
     let seeds: Vec<u64> = match std::env::var("WEIR_MODEL_SEED") {
         Ok(s) => vec![s.parse().expect("WEIR_MODEL_SEED is a number")],
-        Err(_) => (1..=200).collect(),
+        Err(_) => {
+            let n = std::env::var("WEIR_MODEL_SEEDS")
+                .map_or(200, |n| n.parse().expect("WEIR_MODEL_SEEDS is a number"));
+            (1..=n).collect()
+        }
     };
     for seed in seeds {
         let (script, drivers) = random_script(seed);
