@@ -29,5 +29,6 @@ pub mod metrics;
 pub mod reload;
 pub mod report;
 pub mod runtime;
+mod sigpipe;
 pub mod sink;
 pub mod source;

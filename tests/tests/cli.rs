@@ -185,7 +185,12 @@ fn weir_test_prints_every_outcome() {
         ],
     );
     let o = s.run(&["test", plugins::MISBEHAVE, "--input", "in.jsonl"]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a `fail` was answered: {}",
+        stderr(&o)
+    );
     let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -655,4 +660,73 @@ fn a_progress_line_shows_on_a_terminal_only() {
     let o = s.run(&["run", "p.yaml"]);
     assert!(o.status.success());
     assert!(!stderr(&o).contains("msg/s)"), "{}", stderr(&o));
+}
+
+/// `weir test` stops at the first `fail` as `weir run` does (exit 1); `--keep-going` answers
+/// the rest, still exit 1.
+#[test]
+fn weir_test_stops_at_the_first_fail_unless_told_to_keep_going() {
+    let s = scratch!();
+    s.jsonl(
+        "in.jsonl",
+        &[
+            json!({"value": "a"}),
+            json!({"value": "fail"}),
+            json!({"value": "b"}),
+        ],
+    );
+    let outcomes = |o: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["outcome"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    let o = s.run(&["test", plugins::MISBEHAVE, "--input", "in.jsonl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(outcomes(&o), ["keep", "fail"]);
+    assert!(stderr(&o).contains("stopped there"), "{}", stderr(&o));
+    let o = s.run(&[
+        "test",
+        plugins::MISBEHAVE,
+        "--input",
+        "in.jsonl",
+        "--keep-going",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(outcomes(&o), ["keep", "fail", "keep"]);
+    // Errors name the plugin file, not a stage called `test`.
+    let o = s.run(&["test", "missing.wasm", "--input", "in.jsonl"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("stage `missing.wasm`") && !stderr(&o).contains("`test`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A verb whose reader goes away ends quietly (no panic, no backtrace).
+#[test]
+fn output_cut_short_by_a_closed_pipe_ends_quietly() {
+    let s = scratch!();
+    for args in [vec!["inspect", plugins::MISBEHAVE], vec!["schema"]] {
+        let mut child = s
+            .weir(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before weir writes anything.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
 }

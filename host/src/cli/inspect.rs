@@ -11,7 +11,7 @@ pub fn inspect(path: &Path) -> ExitCode {
         Ok(e) => e,
         Err(e) => return super::bad_input(e),
     };
-    let plugin = match engine.load_plugin("inspect", path) {
+    let plugin = match engine.load_plugin(&super::plugin_name(path), path) {
         Ok(p) => p,
         Err(e) => return super::bad_input(e),
     };

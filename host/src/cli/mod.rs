@@ -78,6 +78,15 @@ pub fn main() -> ExitCode {
         }
     };
     init_logging(cli.log_format);
+    // The verbs that print and end are cut short quietly when their reader goes away; the
+    // long-running ones (`run`, `replay`, `broker`) keep Rust's default, so a broken stdout
+    // sink is a sink error (exit 1) and sockets never take the process down.
+    if !matches!(
+        cli.command,
+        Command::Run(_) | Command::Replay(_) | Command::Broker(_)
+    ) {
+        crate::sigpipe::restore_default();
+    }
     match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Check { pipeline } => check::check(&pipeline),
@@ -106,6 +115,15 @@ fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// What errors call a plugin that runs outside a pipeline (`weir test`, `weir inspect`): its
+/// file name.
+fn plugin_name(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// Prints an error for bad input and returns exit code 2.

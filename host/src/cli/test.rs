@@ -1,4 +1,5 @@
-//! `weir test`: one stage over local messages, every outcome printed as a JSON line.
+//! `weir test`: one stage over local messages, every outcome printed as a JSON line, up to
+//! the first `fail` (exit 1), as `weir run` stops there.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,10 @@ pub struct TestArgs {
     /// Per-call deadline.
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     timeout: std::time::Duration,
+    /// Answer every message even after a `fail` (by default `weir test` stops at the first
+    /// `fail`, as `weir run` does). Either way the exit code is 1 when a `fail` was answered.
+    #[arg(long)]
+    keep_going: bool,
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {
@@ -62,12 +67,14 @@ pub fn test(args: &TestArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return super::bad_input(e),
     };
-    let plugin = match engine.load_plugin("test", &args.plugin) {
+    // Errors name the plugin file: there is no pipeline, so no stage name.
+    let name = super::plugin_name(&args.plugin);
+    let plugin = match engine.load_plugin(&name, &args.plugin) {
         Ok(p) => Arc::new(p),
         Err(e) => return super::bad_input(e),
     };
     let spec = Arc::new(StageSpec {
-        name: "test".into(),
+        name: name.as_str().into(),
         config: args.config.clone(),
         memory: args.memory.bytes(),
         timeout: args.timeout,
@@ -89,6 +96,7 @@ pub fn test(args: &TestArgs) -> ExitCode {
         partition: 0,
     };
     // One message per call, so every outcome (traps included) is attributed exactly.
+    let mut failed = None;
     for env in &msgs {
         let mut out = Vec::new();
         let traps_before = inst.stats.traps + inst.stats.oversized;
@@ -109,10 +117,22 @@ pub fn test(args: &TestArgs) -> ExitCode {
             Some(Verdict::Reject(r)) => {
                 json!({"offset": env.offset, "outcome": "reject", "reason": r})
             }
-            Some(Verdict::Fail(r)) => json!({"offset": env.offset, "outcome": "fail", "reason": r}),
+            Some(Verdict::Fail(r)) => {
+                failed.get_or_insert(env.offset);
+                json!({"offset": env.offset, "outcome": "fail", "reason": r})
+            }
             None => json!({"offset": env.offset, "outcome": "none"}),
         };
         println!("{line}");
+        if let (Some(at), false) = (failed, args.keep_going) {
+            eprintln!(
+                "weir test: the stage answered `fail` at offset {at}; stopped there, as `weir run` does (--keep-going answers the rest)"
+            );
+            break;
+        }
     }
-    ExitCode::SUCCESS
+    match failed {
+        Some(_) => ExitCode::from(super::EXIT_FAILED),
+        None => ExitCode::SUCCESS,
+    }
 }
