@@ -25,6 +25,9 @@ pub struct StageCounts {
     pub rejected: u64,
     /// Answered `fail` (including traps under `on_trap: fail`).
     pub failed: u64,
+    /// Given after a message the stage failed on, in the same batch, and never answered
+    /// (input = keep + next + dropped + rejected + failed + unanswered).
+    pub unanswered: u64,
     /// Plugin versions swapped in while running.
     pub swaps: u64,
 }
@@ -38,6 +41,7 @@ impl std::ops::AddAssign<&StageCounts> for StageCounts {
         self.emitted += o.emitted;
         self.rejected += o.rejected;
         self.failed += o.failed;
+        self.unanswered += o.unanswered;
         self.swaps += o.swaps;
     }
 }
@@ -176,8 +180,11 @@ impl Chain {
             s.instance.process(lane, &current, &mut self.verdicts)?;
             *took = started.elapsed();
             s.counts.input += current.len() as u64;
+            let given = current.len();
+            let mut answered = 0;
             let mut next = Vec::with_capacity(current.len());
             for (env, v) in current.into_iter().zip(self.verdicts.drain(..)) {
+                answered += 1;
                 match v {
                     Verdict::Keep => {
                         s.counts.keep += 1;
@@ -214,6 +221,7 @@ impl Chain {
                     }
                 }
             }
+            s.counts.unanswered += (given - answered) as u64;
             if let Some(f) = &out.failure {
                 // Nothing at or after the failed message may count as done.
                 next.retain(|e| e.offset < f.offset);

@@ -100,8 +100,8 @@ impl RunReport {
         for st in &self.stages {
             let c = &st.counts;
             s.push_str(&format!(
-                "  stage {:<16} in {:>8}  keep {:>8}  next {:>8} (emitted {})  dropped {:>8}  rejected {:>6}  failed {}  traps {}  [{} {} ]\n",
-                st.name, c.input, c.keep, c.next, c.emitted, c.dropped, c.rejected, c.failed, st.sandbox.traps,
+                "  stage {:<16} in {:>8}  keep {:>8}  next {:>8} (emitted {})  dropped {:>8}  rejected {:>6}  failed {} (unanswered after it {})  traps {}  [{} {} ]\n",
+                st.name, c.input, c.keep, c.next, c.emitted, c.dropped, c.rejected, c.failed, c.unanswered, st.sandbox.traps,
                 st.contract, &st.plugin[..12.min(st.plugin.len())]
             ));
         }

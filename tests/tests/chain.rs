@@ -105,6 +105,31 @@ fn flat_map_reject_and_fail_stop_before_the_failed_message() {
         rep["committed"]["in/0"], 4,
         "nothing at or after the failed message counts as done"
     );
+    // Every input is accounted for: the two after the fail were given but never answered.
+    let m = &rep["stages"][0];
+    let answered: u64 = [
+        "keep",
+        "next",
+        "dropped",
+        "rejected",
+        "failed",
+        "unanswered",
+    ]
+    .iter()
+    .map(|k| m[*k].as_u64().unwrap())
+    .sum();
+    assert_eq!((m["input"].as_u64(), answered), (Some(7), 7), "{m}");
+    assert_eq!(m["unanswered"], 2, "{m}");
+    // The same on the typed path.
+    let typed = stage("m", plugins::MISBEHAVE, &[]) + "    contract: typed\n";
+    s.write("p.yaml", &pipeline_yaml(&typed, ""));
+    assert_eq!(s.run(&["run", "p.yaml"]).status.code(), Some(1));
+    let m = &s.report()["stages"][0];
+    assert_eq!(
+        (m["input"].as_u64(), m["unanswered"].as_u64()),
+        (Some(7), Some(2)),
+        "{m}"
+    );
     assert!(stderr(&o).contains("failed at offset 4"));
 }
 
