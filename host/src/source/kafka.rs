@@ -379,8 +379,10 @@ impl KafkaSource {
         match self.consumer.commit(&tpl, CommitMode::Sync) {
             Ok(()) => {
                 self.metrics.commits.with_label_values(&["ok"]).inc();
-                for (k, o) in offsets {
-                    self.confirmed.confirm(&k.topic, k.partition, *o);
+                for e in tpl.elements() {
+                    if let Offset::Offset(o) = e.offset() {
+                        self.confirmed.confirm(e.topic(), e.partition(), o);
+                    }
                 }
                 Ok(())
             }
@@ -393,19 +395,7 @@ impl KafkaSource {
             }
         }
     }
-}
 
-impl Drop for KafkaSource {
-    fn drop(&mut self) {
-        // Dropping the consumer leaves the group; its revoke must not wait for a poll.
-        self.consumer
-            .context()
-            .closing
-            .store(true, Ordering::Relaxed);
-    }
-}
-
-impl KafkaSource {
     /// The offsets of partitions this member owns now (never commit for one it lost).
     fn owned(&self, offsets: &[(PartitionKey, i64)]) -> TopicPartitionList {
         let owned = self.consumer.assignment().ok();
@@ -421,5 +411,15 @@ impl KafkaSource {
             let _ = tpl.add_partition_offset(&k.topic, k.partition, Offset::Offset(*o));
         }
         tpl
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        // Dropping the consumer leaves the group; its revoke must not wait for a poll.
+        self.consumer
+            .context()
+            .closing
+            .store(true, Ordering::Relaxed);
     }
 }
