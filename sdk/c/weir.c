@@ -165,12 +165,50 @@ weir_out *weir_emit_copy(const weir_message *m) {
 void weir_out_key(weir_out *o, const void *p, size_t n) { set_buf(&o->key, p, n); }
 void weir_out_value(weir_out *o, const void *p, size_t n) { set_buf(&o->value, p, n); }
 void weir_out_topic(weir_out *o, const char *t) { set_buf(&o->topic, t, t ? strlen(t) : 0); }
+void weir_out_topic_n(weir_out *o, const char *t, size_t n) { set_buf(&o->topic, t, n); }
 void weir_out_timestamp(weir_out *o, int64_t ms) {
     o->has_timestamp = true;
     o->timestamp = ms;
 }
 void weir_out_header(weir_out *o, const char *key, const void *value, size_t len) {
     push_header(o, key, strlen(key), value, len);
+}
+void weir_out_header_n(weir_out *o, const char *key, size_t key_len, const void *value, size_t len) {
+    push_header(o, key, key_len, value, len);
+}
+
+/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. */
+bool weir_utf8_valid(const void *ptr, size_t len) {
+    const uint8_t *s = ptr;
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else {
+            return false;
+        }
+        if (len - i - 1 < n) return false;
+        if (s[i + 1] < lo || s[i + 1] > hi) return false;
+        for (size_t k = 2; k <= n; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return false;
+        i += n + 1;
+    }
+    return true;
 }
 
 weir_outcome weir_keep(void) { return (weir_outcome){WEIR_KEEP}; }

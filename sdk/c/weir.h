@@ -124,9 +124,23 @@ void weir_out_key(weir_out *out, const void *ptr, size_t len);
 void weir_out_value(weir_out *out, const void *ptr, size_t len);
 /** Append a header (key NUL-terminated; `value == NULL` is an absent value). */
 void weir_out_header(weir_out *out, const char *key, const void *value, size_t len);
+/** Append a header whose key is `key_len` bytes of UTF-8 (not NUL-terminated). */
+void weir_out_header_n(weir_out *out, const char *key, size_t key_len, const void *value, size_t len);
 /** Route to this topic instead of the sink's default (NULL: the default). */
 void weir_out_topic(weir_out *out, const char *topic);
+/** Route to the topic in `len` bytes of UTF-8 at `topic` (not NUL-terminated; a slice of the
+ *  input's key or value is fine, the bytes are copied). NULL: the sink's default. */
+void weir_out_topic_n(weir_out *out, const char *topic, size_t len);
 void weir_out_timestamp(weir_out *out, int64_t millis);
+
+/* ---- Text ------------------------------------------------------------------------------- */
+
+/**
+ * Whether `len` bytes at `ptr` are valid UTF-8 (strict: no overlong forms, no surrogates,
+ * nothing above U+10FFFF). Topics, header keys and reasons must be UTF-8; keys and values are
+ * bytes, so check before treating them as text.
+ */
+bool weir_utf8_valid(const void *ptr, size_t len);
 
 /* ---- Logging into the host's logs, tagged with the stage's name --------------------------- */
 

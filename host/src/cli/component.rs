@@ -28,11 +28,16 @@ enum ComponentCommand {
     },
     /// Generate C bindings for a world of the contract (`<world>.h`, `<world>.c`, and the
     /// `<world>_component_type.o` object that tells `component new` what the module exports).
+    /// The default, `stage-typed`, is the portable contract a third-party stage implements
+    /// (`exports_weir_stage_stage_init` and `exports_weir_stage_stage_process`);
+    /// `stage-fast` adds the packed batch export, which an SDK implements
+    /// (`exports_weir_stage_batch_process_batch`).
     Bindings {
         /// Folder to write into (created when missing).
         out: PathBuf,
-        /// The world: `stage-fast` (typed + packed batch) or `stage-typed`.
-        #[arg(long, default_value = "stage-fast")]
+        /// The world: `stage-typed` (the typed contract) or `stage-fast` (typed + packed batch,
+        /// for SDKs).
+        #[arg(long, default_value = "stage-typed")]
         world: String,
     },
     /// Wrap a core wasm module (built with wasm32-wasi and the bindings' type object) into a
@@ -74,7 +79,15 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ComponentError + '_ {
 pub fn component(args: &ComponentArgs) -> ExitCode {
     let done = match &args.command {
         ComponentCommand::Wit { out } => write_wit(out).map(|f| vec![f]),
-        ComponentCommand::Bindings { out, world } => c_bindings(out, world),
+        ComponentCommand::Bindings { out, world } => c_bindings(out, world).inspect(|files| {
+            let to_define = functions_to_define(files);
+            if !to_define.is_empty() {
+                eprintln!("world {world}: the stage defines");
+                for f in to_define {
+                    eprintln!("  {f}");
+                }
+            }
+        }),
         ComponentCommand::New { module, out } => {
             new_component(module, out).map(|()| vec![out.clone()])
         }
@@ -120,6 +133,33 @@ pub fn c_bindings(out: &Path, world: &str) -> Result<Vec<PathBuf>, ComponentErro
         written.push(file);
     }
     Ok(written)
+}
+
+/// The exported functions a module must define for the bindings in `files`: the declarations
+/// under the header's "Exported Functions" comments (so a missing-symbol link error can be read
+/// against the world that was generated).
+fn functions_to_define(files: &[PathBuf]) -> Vec<String> {
+    let Some(header) = files
+        .iter()
+        .find(|f| f.extension().is_some_and(|e| e == "h"))
+        .and_then(|f| std::fs::read_to_string(f).ok())
+    else {
+        return Vec::new();
+    };
+    let mut exported = false;
+    let mut found = Vec::new();
+    for line in header.lines() {
+        if line.starts_with("// ") {
+            exported = line.starts_with("// Exported Functions");
+        } else if exported && line.contains('(') && line.ends_with(");") {
+            found.push(line.to_owned());
+        } else if line.trim().is_empty() {
+            continue;
+        } else {
+            exported = false;
+        }
+    }
+    found
 }
 
 /// Wraps the core module at `module` into a component at `out`.

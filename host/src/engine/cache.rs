@@ -3,6 +3,8 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -48,16 +50,22 @@ fn cache_file(engine: &Engine, dir: &Path, hash: &str) -> PathBuf {
     ))
 }
 
+/// How long a compile runs before the user is told that it is compiling (a Python or
+/// JavaScript runtime takes seconds; a small Rust or C stage is done long before).
+const SAY_COMPILING_AFTER: Duration = Duration::from_secs(1);
+
 /// Loads a component from the cache in `dir`, or compiles it and stores it there.
 /// A cache that cannot be read or written only costs a compile; it is never an error.
+/// `what` names the component in the message a long compile logs.
 pub fn load(
     engine: &Engine,
     bytes: &[u8],
     hash: &str,
     dir: Option<&Path>,
+    what: &str,
 ) -> wasmtime::Result<(Component, CacheOutcome)> {
     let Some(dir) = dir else {
-        return Ok((Component::new(engine, bytes)?, CacheOutcome::Miss));
+        return Ok((compile(engine, bytes, what, None)?, CacheOutcome::Miss));
     };
     let file = cache_file(engine, dir, hash);
     if file.exists() {
@@ -68,11 +76,49 @@ pub fn load(
             }
         }
     }
-    let component = Component::new(engine, bytes)?;
+    let component = compile(engine, bytes, what, Some(dir))?;
     if let Err(e) = store(&component, dir, &file) {
         tracing::warn!(dir = %dir.display(), "cannot write compiled cache: {e}");
     }
     Ok((component, CacheOutcome::Miss))
+}
+
+/// Compiles `bytes`, saying so on the log when it takes longer than [`SAY_COMPILING_AFTER`]
+/// (so the first start of a large component is not silence) and how long it took.
+fn compile(
+    engine: &Engine,
+    bytes: &[u8],
+    what: &str,
+    cache: Option<&Path>,
+) -> wasmtime::Result<Component> {
+    let started = Instant::now();
+    let (done, waiting) = mpsc::channel::<()>();
+    let size = format!("{:.1} MiB", bytes.len() as f64 / f64::from(1 << 20));
+    let later = match cache {
+        Some(dir) => format!(
+            "later starts load it from the cache in {} in milliseconds",
+            dir.display()
+        ),
+        None => "no cache folder is set, so every start compiles it".to_owned(),
+    };
+    let (name, note) = (what.to_owned(), later.clone());
+    let watcher = std::thread::Builder::new()
+        .name("weir-compile-note".into())
+        .spawn(move || {
+            if waiting.recv_timeout(SAY_COMPILING_AFTER) == Err(RecvTimeoutError::Timeout) {
+                tracing::info!("compiling {name} ({size}) to native code; {note}");
+            }
+        });
+    let component = Component::new(engine, bytes);
+    drop(done);
+    if let Ok(w) = watcher {
+        let _ = w.join();
+    }
+    let took = started.elapsed();
+    if took >= SAY_COMPILING_AFTER && component.is_ok() {
+        tracing::info!("compiled {what} in {:.1} s", took.as_secs_f64());
+    }
+    component
 }
 
 #[allow(unsafe_code)]

@@ -111,8 +111,21 @@ impl Plugin {
         binary_kind(&bytes).map_err(invalid)?;
         let hash = cache::content_hash(&bytes);
         let started = Instant::now();
-        let (component, cache) = cache::load(engine.engine(), &bytes, &hash, engine.cache_dir())
-            .map_err(|e| invalid(format!("does not compile: {e:#}")))?;
+        let (component, cache) = cache::load(
+            engine.engine(),
+            &bytes,
+            &hash,
+            engine.cache_dir(),
+            &if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy() == stage)
+            {
+                path.display().to_string()
+            } else {
+                format!("stage `{stage}` ({})", path.display())
+            },
+        )
+        .map_err(|e| invalid(format!("does not compile: {e:#}")))?;
         let load_time = started.elapsed();
         let (imports, exports) = interface_names(engine, &component);
         if !exports.iter().any(|e| e == STAGE_EXPORT) {
