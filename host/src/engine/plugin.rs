@@ -86,7 +86,8 @@ fn binary_kind(bytes: &[u8]) -> Result<(), String> {
     if bytes[6..8] == [0, 0] {
         return Err(format!(
             "is a core WebAssembly module, not a component: build it as a component (e.g. target \
-             `wasm32-wasip2`) exporting `{STAGE_EXPORT}`"
+             `wasm32-wasip2`, or wrap a `wasm32-wasi` module with `weir component new`) \
+             exporting `{STAGE_EXPORT}`"
         ));
     }
     Ok(())

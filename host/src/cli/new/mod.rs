@@ -132,6 +132,24 @@ pub fn new(args: &NewArgs) -> ExitCode {
     }
 }
 
+/// The scaffold README's note on finding `weir`: the binary that made the project, and how to
+/// put it on PATH when the shell does not find it.
+fn weir_note() -> String {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "weir".into());
+    let install = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/install");
+    let install = std::fs::canonicalize(&install).map_or_else(
+        |_| "`cargo install --path host --locked` in a Weir checkout".to_owned(),
+        |p| format!("`{}`", p.display()),
+    );
+    format!(
+        "\n`weir` is the binary that created this project, `{exe}`. If your shell does not find \
+         `weir`, run {install} (it links `weir` into `~/.cargo/bin`), or call it by that path; \
+         `build.sh` finds it either way.\n"
+    )
+}
+
 /// Writes `build.sh` executable.
 fn write_script(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(path, text)?;

@@ -30,7 +30,7 @@ weir run pipeline.yaml
 ```
 
 Edit `{{source}}`; the SDK's documentation is at the top of {{sdk_doc}}.
-"#;
+{{weir_note}}"#;
 
 /// Writes the scaffold for `lang` (not Rust) into `root`.
 pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
@@ -59,6 +59,7 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Path) -> std::io::Res
             .replace("{{sdk}}", &sdk.display().to_string())
             .replace("{{weir}}", &weir)
             .replace("{{limits}}", limits)
+            .replace("{{weir_note}}", &super::weir_note())
     };
     std::fs::create_dir_all(root)?;
     std::fs::write(root.join(source), fill(text))?;

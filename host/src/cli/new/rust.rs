@@ -54,12 +54,16 @@ mod tests {
 "##;
 
 const BUILD_SH: &str = r#"#!/usr/bin/env bash
-# Builds the stage component: target/wasm32-wasip2/release/{{crate}}.wasm
+# Builds the stage component: stage.wasm (cargo's output,
+# target/wasm32-wasip2/release/{{crate}}.wasm, moved into place in one step, so that a running
+# `weir run` swaps it in whole).
 set -euo pipefail
 cd "$(dirname "$0")"
 rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 cargo build --release --target wasm32-wasip2
-echo "built ${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm"
+cp "${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/{{crate}}.wasm" stage.wasm.tmp
+mv stage.wasm.tmp stage.wasm
+echo "built stage.wasm"
 "#;
 
 const README: &str = r#"# {{name}}
@@ -67,16 +71,20 @@ const README: &str = r#"# {{name}}
 A Weir stage. Build, try, run:
 
 ```sh
-./build.sh
+./build.sh                                   # -> stage.wasm
 cargo test                                   # the stage function, natively
-weir test target/wasm32-wasip2/release/{{crate}}.wasm --input sample.jsonl --config field=status --config equals=paid
+weir test stage.wasm --input sample.jsonl --config field=status --config equals=paid
 weir run pipeline.yaml
 ```
-"#;
+{{weir_note}}"#;
 
 pub fn scaffold(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
     let krate = name.replace('-', "_");
-    let fill = |t: &str| t.replace("{{name}}", name).replace("{{crate}}", &krate);
+    let fill = |t: &str| {
+        t.replace("{{name}}", name)
+            .replace("{{crate}}", &krate)
+            .replace("{{weir_note}}", &super::weir_note())
+    };
     let cargo = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
          [lib]\ncrate-type = [\"cdylib\", \"rlib\"]\n\n[dependencies]\nweir-sdk = {{ path = {:?} }}\n\n\
@@ -90,13 +98,10 @@ pub fn scaffold(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
     std::fs::write(
         root.join("pipeline.yaml"),
         fill(super::PIPELINE)
-            .replace(
-                "{{plugin}}",
-                &fill("target/wasm32-wasip2/release/{{crate}}.wasm"),
-            )
+            .replace("{{plugin}}", "stage.wasm")
             .replace("{{limits}}", ""),
     )?;
     std::fs::write(root.join("README.md"), fill(README))?;
-    std::fs::write(root.join(".gitignore"), "/target\n")?;
+    std::fs::write(root.join(".gitignore"), "/target\n*.wasm\nrejected.jsonl\n")?;
     super::write_script(&root.join("build.sh"), &fill(BUILD_SH))
 }
