@@ -28,6 +28,15 @@ pub struct Metrics {
     pub in_flight_bytes: IntGauge,
     /// Partitions not read because of backpressure (held or paused).
     pub paused_partitions: IntGauge,
+    /// Per owned partition: 0 reading, 1 held (the controller is not taking messages), 2
+    /// paused. Removed when the partition is released.
+    pub partition_state: IntGaugeVec,
+    /// The byte budget `weir_in_flight_bytes` is held under (`runtime.max_in_flight`).
+    pub in_flight_budget: IntGauge,
+    /// Unix time the process started, in seconds.
+    pub start_time: IntGauge,
+    /// 1 once the pipeline is consuming (as `/readyz`), else 0.
+    pub ready_gauge: IntGauge,
     /// Flow-control actions: `hold` (stop taking messages, librdkafka keeps its prefetch),
     /// `pause` and `resume` (per partition).
     pub flow_control: IntCounterVec,
@@ -72,7 +81,7 @@ impl Metrics {
                 IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
             )
         };
-        Arc::new(Metrics {
+        let m = Arc::new(Metrics {
             stage_messages: counter_vec(
                 "weir_stage_messages_total",
                 "Messages by stage and outcome.",
@@ -135,6 +144,42 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            partition_state: gauge_vec(
+                "weir_partition_state",
+                "Per owned partition: 0 reading, 1 held (not taking messages), 2 paused.",
+                &["topic", "partition"],
+            ),
+            in_flight_budget: reg(
+                &r,
+                IntGauge::new(
+                    "weir_in_flight_budget_bytes",
+                    "The byte budget weir_in_flight_bytes is held under (runtime.max_in_flight).",
+                )
+                .expect("valid metric"),
+            ),
+            start_time: {
+                let g = reg(
+                    &r,
+                    IntGauge::new(
+                        "weir_start_time_seconds",
+                        "Unix time the process started, in seconds.",
+                    )
+                    .expect("valid metric"),
+                );
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                g.set(i64::try_from(now).unwrap_or(i64::MAX));
+                g
+            },
+            ready_gauge: reg(
+                &r,
+                IntGauge::new(
+                    "weir_ready",
+                    "1 once the pipeline is consuming (as /readyz), else 0.",
+                )
+                .expect("valid metric"),
+            ),
             committed_offset: gauge_vec(
                 "weir_committed_offset",
                 "Committed offset per partition.",
@@ -185,7 +230,34 @@ impl Metrics {
             ),
             ready: AtomicBool::new(false),
             registry: r,
-        })
+        });
+        // Every known label value starts at zero, so that dashboards and alert rules see the
+        // series (and `rate`/`increase` work) before the first event.
+        for (vec, values) in [
+            (&m.flow_control, &["hold", "pause", "resume"][..]),
+            (&m.rebalances, &["assign", "revoke", "error"][..]),
+            (&m.commits, &["ok", "error"][..]),
+            (&m.produced, &["sink", "dlq"][..]),
+        ] {
+            for v in values {
+                vec.with_label_values(&[*v]);
+            }
+        }
+        m
+    }
+
+    /// Marks the pipeline consuming (or not): `/readyz` and `weir_ready`.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+        self.ready_gauge.set(i64::from(ready));
+    }
+
+    /// Forgets the per-partition gauges of a partition this process no longer owns (its lag
+    /// and flow state; the committed offset stays, it is still true).
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let labels = [topic, &partition.to_string()];
+        let _ = self.consumer_lag.remove_label_values(&labels);
+        let _ = self.partition_state.remove_label_values(&labels);
     }
 
     /// The text exposition.
@@ -197,11 +269,21 @@ impl Metrics {
         buf
     }
 
-    /// Sets `weir_plugin_info` to the running plugin version (short hash) of every stage.
+    /// Sets `weir_plugin_info` to the running plugin version (short hash) of every stage, and
+    /// makes every per-stage series exist (at zero) from the start.
     pub fn set_plugins<'a>(&self, plugins: impl Iterator<Item = (&'a str, &'a str)>) {
         self.plugin_info.reset();
         for (stage, hash) in plugins {
             self.plugin_info.with_label_values(&[stage, hash]).set(1);
+            for outcome in ["keep", "next", "dropped", "reject", "fail"] {
+                self.stage_messages.with_label_values(&[stage, outcome]);
+            }
+            for result in ["published", "refused", "unchanged"] {
+                self.reloads.with_label_values(&[stage, result]);
+            }
+            self.stage_traps.with_label_values(&[stage]);
+            self.stage_timeouts.with_label_values(&[stage]);
+            self.stage_seconds.with_label_values(&[stage]);
         }
     }
 

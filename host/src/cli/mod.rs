@@ -11,9 +11,11 @@ mod new;
 mod replay;
 mod run;
 mod test;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -21,8 +23,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "weir", version, about, long_about = None)]
 pub struct Cli {
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    /// Log format (also from `WEIR_LOG_FORMAT`, for containers).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true, env = "WEIR_LOG_FORMAT")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -60,6 +62,8 @@ enum Command {
     New(new::NewArgs),
     /// Build steps for non-Rust SDKs: the contract's WIT, C bindings, core module → component.
     Component(component::ComponentArgs),
+    /// A live view of a running pipeline (stages, partitions, flow), from its metrics address.
+    Top(top::TopArgs),
 }
 
 /// Exit code: the pipeline failed.
@@ -96,10 +100,38 @@ pub fn main() -> ExitCode {
         Command::Broker(args) => broker::broker(&args),
         Command::Replay(args) => replay::replay(&args),
         Command::Component(args) => component::component(&args),
+        Command::Top(args) => top::top(&args),
         Command::Schema => {
             print!("{}", crate::config::schema());
             ExitCode::SUCCESS
         }
+    }
+}
+
+/// Set when logs are JSON: then every line on stderr is a JSON log event (for containers), so
+/// the human lines (errors, the exit summary, notes) go through the log too.
+static JSON_LOGS: AtomicBool = AtomicBool::new(false);
+
+/// A line for the person at the terminal: on stderr, or a log event when logs are JSON.
+fn note(text: &str) {
+    if JSON_LOGS.load(Ordering::Relaxed) {
+        tracing::info!("{text}");
+    } else {
+        eprintln!("{text}");
+    }
+}
+
+/// The exit summary of a run: its text on stderr, or one log event carrying the whole report
+/// as JSON when logs are JSON.
+fn summary(report: &crate::report::RunReport) {
+    if JSON_LOGS.load(Ordering::Relaxed) {
+        tracing::info!(
+            state = ?report.state,
+            report = %serde_json::to_string(report).expect("report serializes"),
+            "exit report"
+        );
+    } else {
+        eprint!("{}", report.summary());
     }
 }
 
@@ -113,7 +145,10 @@ fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => {
+            JSON_LOGS.store(true, Ordering::Relaxed);
+            builder.json().init()
+        }
     }
 }
 
@@ -128,6 +163,10 @@ fn plugin_name(path: &std::path::Path) -> String {
 
 /// Prints an error for bad input and returns exit code 2.
 fn bad_input(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {e}");
+    if JSON_LOGS.load(Ordering::Relaxed) {
+        tracing::error!("{e}");
+    } else {
+        eprintln!("error: {e}");
+    }
     ExitCode::from(EXIT_BAD_INPUT)
 }

@@ -183,14 +183,14 @@ pub fn replay(args: &ReplayArgs) -> ExitCode {
     } else {
         "replayed"
     };
-    eprintln!(
+    super::note(&format!(
         "weir replay: {verb} {} of {} records ({filtered} filtered out, {not_dlq} not dead-letter records)",
         report.written, report.read
-    );
+    ));
     match report.state {
         ExitState::Completed | ExitState::Interrupted => ExitCode::SUCCESS,
         ExitState::Failed => {
-            eprint!("{}", report.summary());
+            super::summary(&report);
             ExitCode::from(super::EXIT_FAILED)
         }
     }

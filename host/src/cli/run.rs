@@ -56,7 +56,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
         Ok(report) => {
             if let (Some(b), Some(dir)) = (&broker, &args.dump) {
                 if let Err(e) = dump(b, &cfg, dir) {
-                    eprintln!("error: {e}");
+                    super::note(&format!("error: {e}"));
                 }
             }
             if args.json {
@@ -65,7 +65,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                     serde_json::to_string_pretty(&report).expect("report serializes")
                 );
             } else {
-                eprint!("{}", report.summary());
+                super::summary(&report);
             }
             match report.state {
                 ExitState::Completed | ExitState::Interrupted => ExitCode::SUCCESS,
@@ -106,7 +106,9 @@ fn embedded(cfg: &mut PipelineConfig, args: &RunArgs) -> Result<EmbeddedBroker, 
         let n = broker
             .seed_jsonl(&topic, &file)
             .map_err(|e| e.to_string())?;
-        eprintln!("weir: embedded broker {bootstrap}: seeded {n} messages into `{topic}`");
+        super::note(&format!(
+            "weir: embedded broker {bootstrap}: seeded {n} messages into `{topic}`"
+        ));
     }
     Ok(broker)
 }
@@ -130,11 +132,11 @@ fn dump(broker: &EmbeddedBroker, cfg: &PipelineConfig, dir: &Path) -> Result<(),
             text.push('\n');
         }
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        eprintln!(
+        super::note(&format!(
             "weir: topic `{topic}`: {} messages -> {}",
             msgs.len(),
             path.display()
-        );
+        ));
     }
     Ok(())
 }

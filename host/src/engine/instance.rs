@@ -204,6 +204,9 @@ impl StageInstance {
                     tracing::warn!(
                         stage = &*self.spec.name,
                         plugin = self.plugin.short_hash(),
+                        topic = &*lane.topic,
+                        partition = lane.partition,
+                        first_offset = batch[0].offset,
                         messages = batch.len(),
                         "batch call failed ({reason}); retrying its messages one by one"
                     );
@@ -227,11 +230,22 @@ impl StageInstance {
                 out.truncate(start);
                 self.restart()?;
                 if fresh || self.stats.memory_exceeded == memory_traps {
+                    tracing::warn!(
+                        stage = &*self.spec.name,
+                        plugin = self.plugin.short_hash(),
+                        topic = &*lane.topic,
+                        partition = lane.partition,
+                        offset = env.offset,
+                        on_trap = ?self.spec.on_trap,
+                        "stage trapped: {reason}"
+                    );
                     out.push(self.trapped(reason));
                     break;
                 }
                 tracing::debug!(
                     stage = &*self.spec.name,
+                    topic = &*lane.topic,
+                    partition = lane.partition,
                     offset = env.offset,
                     "memory trap on a used instance; retrying the message on a fresh one"
                 );

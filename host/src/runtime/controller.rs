@@ -128,7 +128,7 @@ impl Controller {
                 last_commit = Instant::now();
             }
             if self.core.assigned_once {
-                self.core.metrics.ready.store(true, Ordering::Relaxed);
+                self.core.metrics.set_ready(true);
             }
             if self.core.failure.is_some() || self.core.error.is_some() || exited == n_drivers {
                 break;

@@ -322,7 +322,7 @@ impl Driver {
         }
         m.add_stage_counts(self.s.chain.tallies(), &mut self.last_counts);
         if let Some(f) = out.failure {
-            tracing::error!(stage = %f.stage, key = %l.key, offset = f.offset, "stage failed: {}; stopping", f.reason);
+            tracing::error!(stage = %f.stage, topic = &*l.key.topic, partition = l.key.partition, offset = f.offset, "stage failed: {}; stopping", f.reason);
             let _ = self.s.events.send(DriverEvent::Failed(f));
             return false;
         }

@@ -95,6 +95,14 @@ impl Core {
                 }
                 lane.paused = want;
                 stopped += usize::from(want || holding);
+                let state = if want { 2 } else { i64::from(holding) };
+                if state != lane.reported_state {
+                    lane.reported_state = state;
+                    self.metrics
+                        .partition_state
+                        .with_label_values(&[t.as_ref(), p.to_string().as_str()])
+                        .set(state);
+                }
             }
         }
         self.metrics.paused_partitions.set(stopped as i64);

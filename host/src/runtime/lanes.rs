@@ -83,6 +83,9 @@ pub(super) struct LaneState {
     pub(super) slow_until: Option<Instant>,
     /// Where the input ends, once the source has said so.
     pub(super) end: Option<i64>,
+    /// The flow state last written to `weir_partition_state` (0 reading, 1 held, 2 paused;
+    /// -1 before the first).
+    pub(super) reported_state: i64,
 }
 
 pub(super) struct DriverSlot {
@@ -122,6 +125,9 @@ impl Core {
         opts: ControllerOptions,
         metrics: Arc<Metrics>,
     ) -> Self {
+        metrics
+            .in_flight_budget
+            .set(i64::try_from(opts.max_in_flight).unwrap_or(i64::MAX));
         Core {
             lanes: BTreeMap::new(),
             next_generation: 0,
@@ -189,7 +195,12 @@ impl Core {
                 Settled::Done => w.complete(c.generation, offset),
                 Settled::Failed => w.fail(c.generation, offset),
                 Settled::Undelivered(why) => {
-                    tracing::error!(key = %c.key, offset, "{why}; stopping (not committed past it)");
+                    tracing::error!(
+                        topic = &*c.key.topic,
+                        partition = c.key.partition,
+                        offset,
+                        "{why}; stopping (not committed past it)"
+                    );
                     error.get_or_insert(RuntimeError::Undelivered {
                         key: c.key.clone(),
                         offset,
@@ -199,7 +210,12 @@ impl Core {
                 }
             };
             if let Err(e) = r {
-                tracing::warn!(key = %c.key, offset, "completion refused: {e}");
+                tracing::warn!(
+                    topic = &*c.key.topic,
+                    partition = c.key.partition,
+                    offset,
+                    "completion refused: {e}"
+                );
             }
         }
         if let Some(e) = error {
@@ -344,6 +360,7 @@ impl Core {
                 .get_mut(&*k.topic)
                 .and_then(|ps| ps.remove(&k.partition));
             if let Some(lane) = removed {
+                self.metrics.forget_partition(&k.topic, k.partition);
                 self.in_flight -= lane.bytes.iter().map(|(_, b)| b).sum::<usize>();
                 self.drivers[lane.driver].lanes -= 1;
                 if let Some(w) = &lane.watermark {
@@ -400,6 +417,7 @@ impl Handler for Core {
                     paused: false,
                     slow_until: None,
                     end: None,
+                    reported_state: -1,
                 },
             );
             if let Some(old) = old {
