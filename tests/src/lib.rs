@@ -177,3 +177,19 @@ pub fn gauge(body: &str, name: &str) -> Option<f64> {
         .find(|l| l.starts_with(name) && !l.starts_with('#'))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
+
+/// Runs one of the repository's `scripts/ensure-*` installers and returns the `NAME=VALUE`
+/// lines it prints (the tools' paths). Panics with its stderr when it fails: a missing tool is
+/// a failure, never a skip.
+pub fn script_vars(script: &str, args: &[&str]) -> std::collections::HashMap<String, String> {
+    let o = Command::new(languages::root().join("scripts").join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running scripts/{script}: {e}"));
+    assert!(o.status.success(), "scripts/{script}: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}

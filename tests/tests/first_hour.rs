@@ -4,7 +4,6 @@
 //! run as written; and a C stage against the bare WIT, built by running the files and commands
 //! of `docs/contract.md` literally, so neither the scaffolds nor the contract page can rot.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -234,16 +233,7 @@ fn walk_blocks(page: &str) -> Vec<(String, String)> {
 /// The C toolchain's variables as the contract page names them, from the pinned install
 /// (`scripts/ensure-languages c`, Debian's clang-19 and wasi-libc).
 fn c_toolchain() -> Vec<(String, String)> {
-    let o = Command::new(root().join("scripts").join("ensure-languages"))
-        .arg("c")
-        .output()
-        .expect("running scripts/ensure-languages");
-    assert!(o.status.success(), "ensure-languages c: {}", stderr(&o));
-    let vars: HashMap<String, String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+    let vars = weir_tests::script_vars("ensure-languages", &["c"]);
     vec![
         ("CC".into(), vars["WEIR_CLANG"].clone()),
         ("WASI_SYSROOT".into(), vars["WEIR_WASI_SYSROOT"].clone()),

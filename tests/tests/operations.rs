@@ -16,15 +16,7 @@ const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// The operations tools (`scripts/ensure-ops-tools`): promtool and tmux.
 fn ops_tools() -> HashMap<String, String> {
-    let o = Command::new(root().join("scripts").join("ensure-ops-tools"))
-        .output()
-        .expect("running scripts/ensure-ops-tools");
-    assert!(o.status.success(), "ensure-ops-tools: {}", stderr(&o));
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    weir_tests::script_vars("ensure-ops-tools", &[])
 }
 
 /// A pipeline that keeps running (a Kafka source on the embedded broker, never ending) with a
