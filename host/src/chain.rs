@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::StageSlot;
+use crate::config::RolloutMode;
 use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
+use crate::rollout::answer::{self, Candidate};
+use crate::rollout::{Rollout, StageSlot};
 
 /// Outcome counts of one stage.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -102,7 +104,63 @@ struct StageRun {
     slot: Arc<StageSlot>,
     generation: u64,
     instance: StageInstance,
+    /// The candidate of a rollout in progress, in its own sandbox.
+    candidate: Option<Candidate>,
     counts: StageCounts,
+}
+
+impl StageRun {
+    /// One answer per message of `batch` (stopping after a fail), from the live version or,
+    /// during a rollout, as its mode says.
+    fn answer(
+        &mut self,
+        lane: &Lane,
+        batch: &[Envelope],
+        out: &mut Vec<Verdict>,
+        by_candidate: &mut Vec<bool>,
+    ) -> Result<(), InstanceError> {
+        let Some(c) = &mut self.candidate else {
+            return self.instance.process(lane, batch, out);
+        };
+        let usable = match c.rollout.mode() {
+            RolloutMode::Shadow => {
+                answer::shadow(&mut self.instance, c, &self.slot, lane, batch, out)?
+            }
+            RolloutMode::Canary => answer::canary(
+                &mut self.instance,
+                c,
+                &self.slot,
+                lane,
+                batch,
+                out,
+                by_candidate,
+            )?,
+            RolloutMode::Immediate => {
+                self.candidate = None;
+                return self.instance.process(lane, batch, out);
+            }
+        };
+        if !usable {
+            self.candidate = None;
+        }
+        Ok(())
+    }
+
+    /// The plugin that gave an answer.
+    fn answered_by(&self, by_candidate: Option<&bool>) -> &Arc<crate::engine::Plugin> {
+        match (&self.candidate, by_candidate) {
+            (Some(c), Some(true)) => c.instance.plugin(),
+            _ => self.instance.plugin(),
+        }
+    }
+}
+
+fn candidate(
+    engine: &WeirEngine,
+    slot: &Arc<StageSlot>,
+    rollout: Arc<Rollout>,
+) -> Option<Candidate> {
+    answer::instantiate(engine, slot, rollout)
 }
 
 /// The stages of a pipeline as one thread runs them.
@@ -110,6 +168,8 @@ pub struct Chain {
     engine: WeirEngine,
     stages: Vec<StageRun>,
     verdicts: Vec<Verdict>,
+    /// Per verdict of the current stage: answered by a canary candidate (empty: none was).
+    by_candidate: Vec<bool>,
     timings: Vec<Duration>,
 }
 
@@ -119,11 +179,12 @@ impl Chain {
         let stages = slots
             .iter()
             .map(|slot| {
-                let (generation, plugin) = slot.current();
+                let (generation, plugin, rollout) = slot.version();
                 Ok(StageRun {
                     slot: slot.clone(),
                     generation,
                     instance: StageInstance::new(engine, slot.spec.clone(), plugin)?,
+                    candidate: rollout.and_then(|r| candidate(engine, slot, r)),
                     counts: StageCounts::default(),
                 })
             })
@@ -133,36 +194,56 @@ impl Chain {
             timings: vec![Duration::ZERO; slots.len()],
             stages,
             verdicts: Vec::new(),
+            by_candidate: Vec::new(),
         })
     }
 
-    /// Swaps in newly published plugin versions. Called between batches only, so every
-    /// message is processed by exactly one version of each stage.
+    /// Swaps in newly published plugin versions, and starts or ends candidates. Called
+    /// between batches only, so every message is answered by exactly one live version of
+    /// each stage.
     pub fn swap_if_published(&mut self) {
         for s in &mut self.stages {
             if s.slot.generation() == s.generation {
                 continue;
             }
             let started = Instant::now();
-            let (generation, plugin) = s.slot.current();
+            let (generation, plugin, rollout) = s.slot.version();
             s.generation = generation;
-            let old = s.instance.plugin().short_hash().to_owned();
-            match StageInstance::new(&self.engine, s.slot.spec.clone(), plugin.clone()) {
-                Ok(new) => {
-                    s.instance = new;
-                    s.counts.swaps += 1;
-                    tracing::info!(
-                        stage = &*s.slot.spec.name,
-                        from = %old,
-                        to = plugin.short_hash(),
-                        pause_us = started.elapsed().as_micros() as u64,
-                        "plugin swapped"
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(stage = &*s.slot.spec.name, keeping = %old, "swap refused: {e}")
+            if !Arc::ptr_eq(s.instance.plugin(), &plugin) {
+                let old = s.instance.plugin().short_hash().to_owned();
+                // A promoted candidate is already running here: keep its instance.
+                let promoted = s
+                    .candidate
+                    .take_if(|c| Arc::ptr_eq(c.instance.plugin(), &plugin))
+                    .map(|c| c.instance);
+                let new = match promoted {
+                    Some(instance) => Ok(instance),
+                    None => StageInstance::new(&self.engine, s.slot.spec.clone(), plugin.clone()),
+                };
+                match new {
+                    Ok(new) => {
+                        s.instance = new;
+                        s.counts.swaps += 1;
+                        tracing::info!(
+                            stage = &*s.slot.spec.name,
+                            from = %old,
+                            to = plugin.short_hash(),
+                            pause_us = started.elapsed().as_micros() as u64,
+                            "plugin swapped"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::error!(stage = &*s.slot.spec.name, keeping = %old, "swap refused: {e}")
+                    }
                 }
             }
+            s.candidate = match rollout {
+                Some(r) if s.candidate.as_ref().is_some_and(|c| c.rollout.id == r.id) => {
+                    s.candidate.take()
+                }
+                Some(r) => candidate(&self.engine, &s.slot, r),
+                None => None,
+            };
         }
     }
 
@@ -176,14 +257,15 @@ impl Chain {
                 break;
             }
             self.verdicts.clear();
+            self.by_candidate.clear();
             let started = Instant::now();
-            s.instance.process(lane, &current, &mut self.verdicts)?;
+            s.answer(lane, &current, &mut self.verdicts, &mut self.by_candidate)?;
             *took = started.elapsed();
             s.counts.input += current.len() as u64;
             let given = current.len();
             let mut answered = 0;
             let mut next = Vec::with_capacity(current.len());
-            for (env, v) in current.into_iter().zip(self.verdicts.drain(..)) {
+            for (i, (env, v)) in current.into_iter().zip(self.verdicts.drain(..)).enumerate() {
                 answered += 1;
                 match v {
                     Verdict::Keep => {
@@ -202,7 +284,7 @@ impl Chain {
                         out.rejects.push(Rejected {
                             env,
                             stage: s.slot.spec.name.clone(),
-                            plugin: s.instance.plugin().hash.clone(),
+                            plugin: s.answered_by(self.by_candidate.get(i)).hash.clone(),
                             reason,
                         });
                     }
@@ -212,7 +294,7 @@ impl Chain {
                         if earlier {
                             out.failure = Some(Failure {
                                 stage: s.slot.spec.name.to_string(),
-                                plugin: s.instance.plugin().hash.clone(),
+                                plugin: s.answered_by(self.by_candidate.get(i)).hash.clone(),
                                 offset: env.offset,
                                 reason,
                             });

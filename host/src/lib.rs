@@ -6,18 +6,20 @@
 //! * [`config`] — the pipeline YAML (and its JSON Schema); each source and sink config builds
 //!   its component,
 //! * [`source`] — where messages come from (Kafka, JSONL file, stdin) behind one `Source` trait,
-//! * [`engine`] — the wasmtime engine, compiled-component cache, plugins, stage slots and
-//!   instances,
+//! * [`engine`] — the wasmtime engine, compiled-component cache, plugins and instances,
 //! * [`chain`] — one batch through every stage in order,
 //! * [`sink`] — where results go (Kafka, JSONL file, stdout, discard) behind one `Sink` trait,
 //! * [`runtime`] — the one runtime: controller, lanes, drivers, flow control, commits, shutdown,
 //! * [`kafka`] — librdkafka plumbing shared by the Kafka source and sink, and the embedded broker,
-//! * [`metrics`] — Prometheus metrics and the health endpoints (a leaf everything reports into),
+//! * [`metrics`] — Prometheus metrics (a leaf everything reports into),
 //! * [`reload`] — hot swap of plugins while the pipeline runs,
+//! * [`rollout`] — each stage's live version and candidate: shadow, canary, promotion, rollback,
+//! * [`admin`] — the HTTP listener: metrics, health and the admin API (`/stages`),
 //! * [`report`] — the exit report,
 //! * [`cli`] — the `weir` subcommands.
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod chain;
 pub mod cli;
 pub mod config;
@@ -28,6 +30,7 @@ pub mod message;
 pub mod metrics;
 pub mod reload;
 pub mod report;
+pub mod rollout;
 pub mod runtime;
 mod sigpipe;
 pub mod sink;

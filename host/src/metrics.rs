@@ -1,5 +1,5 @@
-//! Prometheus metrics and the `/metrics`, `/healthz`, `/readyz` listener. A leaf: the rest of
-//! Weir reports into it; it depends on nothing of Weir's.
+//! Prometheus metrics. A leaf: the rest of Weir reports into it; it depends on nothing of
+//! Weir's. The listener that serves them is [`crate::admin`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,10 +48,16 @@ pub struct Metrics {
     pub rebalances: IntCounterVec,
     /// Offset commits by result (`ok`, `error`).
     pub commits: IntCounterVec,
-    /// Plugin reloads by stage and result (`published`, `refused`, `unchanged`).
+    /// Plugin reloads by stage and result (`published`, `rollout`, `refused`, `unchanged`).
     pub reloads: IntCounterVec,
     /// Running plugin version per stage (value 1).
     pub plugin_info: IntGaugeVec,
+    /// Per stage: 0 no rollout, 1 a shadow rollout, 2 a canary rollout in progress.
+    pub rollout_state: IntGaugeVec,
+    /// Rollout decisions by stage, decision (`promote`, `rollback`) and reason.
+    pub rollout_decisions: IntCounterVec,
+    /// Shadow comparisons by stage and result (`agree`, `differ_kind`, `differ_value`, ...).
+    pub shadow_outcomes: IntCounterVec,
     /// Records acknowledged by the broker, by destination (`sink`, `dlq`).
     pub produced: IntCounterVec,
     /// Completions from an older assignment generation, ignored.
@@ -215,6 +221,21 @@ impl Metrics {
                 "Running plugin version per stage.",
                 &["stage", "plugin"],
             ),
+            rollout_state: gauge_vec(
+                "weir_rollout_state",
+                "Rollout in progress per stage: 0 none, 1 shadow, 2 canary.",
+                &["stage"],
+            ),
+            rollout_decisions: counter_vec(
+                "weir_rollout_decisions_total",
+                "Rollout decisions by stage, decision (promote, rollback) and reason.",
+                &["stage", "decision", "reason"],
+            ),
+            shadow_outcomes: counter_vec(
+                "weir_shadow_outcomes_total",
+                "Shadow comparisons of a candidate's answers with the live version's, by result.",
+                &["stage", "result"],
+            ),
             produced: counter_vec(
                 "weir_produced_records_total",
                 "Records acknowledged by the broker.",
@@ -278,12 +299,34 @@ impl Metrics {
             for outcome in ["keep", "next", "dropped", "reject", "fail"] {
                 self.stage_messages.with_label_values(&[stage, outcome]);
             }
-            for result in ["published", "refused", "unchanged"] {
+            for result in ["published", "rollout", "refused", "unchanged"] {
                 self.reloads.with_label_values(&[stage, result]);
             }
             self.stage_traps.with_label_values(&[stage]);
             self.stage_timeouts.with_label_values(&[stage]);
+            self.rollout_state.with_label_values(&[stage]);
             self.stage_seconds.with_label_values(&[stage]);
+        }
+    }
+
+    /// Moves `weir_plugin_info` of one stage from version `from` to `to` (short hashes).
+    pub fn move_plugin(&self, stage: &str, from: &str, to: &str) {
+        let _ = self.plugin_info.remove_label_values(&[stage, from]);
+        self.plugin_info.with_label_values(&[stage, to]).set(1);
+    }
+
+    /// Counts shadow comparisons of one stage by result.
+    pub fn add_shadow_outcomes<'a>(
+        &self,
+        stage: &str,
+        results: impl Iterator<Item = (&'a str, u64)>,
+    ) {
+        for (result, n) in results {
+            if n > 0 {
+                self.shadow_outcomes
+                    .with_label_values(&[stage, result])
+                    .inc_by(n);
+            }
         }
     }
 
@@ -317,46 +360,4 @@ impl Metrics {
             *prev = now;
         }
     }
-}
-
-/// The metrics listener could not start.
-#[derive(Debug, thiserror::Error)]
-#[error("metrics listener {addr}: {reason}")]
-pub struct ListenError {
-    addr: String,
-    reason: String,
-}
-
-/// Serves the metrics on `addr` from a background thread. `/readyz` answers 200 once
-/// `ready` is set.
-pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<(), ListenError> {
-    let server = tiny_http::Server::http(addr).map_err(|e| ListenError {
-        addr: addr.to_owned(),
-        reason: e.to_string(),
-    })?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
-    std::thread::Builder::new()
-        .name("weir-metrics".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                let (code, body) = match req.url() {
-                    "/metrics" => (200, metrics.render()),
-                    "/healthz" => (200, "ok\n".to_owned()),
-                    "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
-                        (200, "ready\n".to_owned())
-                    }
-                    "/readyz" => (503, "starting\n".to_owned()),
-                    _ => (404, "not found\n".to_owned()),
-                };
-                let resp = tiny_http::Response::from_string(body)
-                    .with_status_code(code)
-                    .with_header(
-                        tiny_http::Header::from_bytes("Content-Type", "text/plain; version=0.0.4")
-                            .expect("valid header"),
-                    );
-                let _ = req.respond(resp);
-            }
-        })
-        .expect("spawning the metrics thread");
-    Ok(())
 }

@@ -1,17 +1,21 @@
-//! Hot swap: a plugin file that changes (watched), SIGHUP, or `weir reload` makes the reloader
-//! compile the new version in the background, instantiate it and call `init` once as a check,
-//! then publish it; drivers pick it up at their next batch boundary. A version that fails any
-//! step is refused with a log line and the old one keeps running.
+//! Hot swap: a plugin file that changes (watched) or SIGHUP makes the reloader compile the new
+//! version in the background, instantiate it and call `init` once as a check, then offer it
+//! to the stage under its rollout policy: published at once (`immediate`), or tried as a
+//! shadow or canary. Drivers pick it up at their next batch boundary. A version that fails any
+//! step is refused with a log line and the old one keeps running. The admin API's rollout
+//! requests go through the same checks here; time-based rollout windows are ticked here too.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use notify::{RecursiveMode, Watcher};
 
-use crate::engine::{StageInstance, StageSlot, WeirEngine};
+use crate::config::RolloutConfig;
+use crate::engine::{Plugin, StageInstance, WeirEngine};
 use crate::metrics::Metrics;
+use crate::rollout::{Offered, RolloutError, RolloutRecord, StageSlot};
 
 /// What to reload.
 #[derive(Debug, Clone)]
@@ -20,6 +24,27 @@ pub enum ReloadRequest {
     All,
     /// Stages whose plugin is this file (file watcher).
     Path(PathBuf),
+    /// Start a rollout of `plugin` on `stage` under `policy` (the admin API).
+    Rollout {
+        /// The stage.
+        stage: String,
+        /// The candidate's file.
+        plugin: PathBuf,
+        /// Its policy.
+        policy: RolloutConfig,
+        /// Where the answer goes.
+        reply: Sender<Result<RolloutRecord, Refusal>>,
+    },
+}
+
+/// A rollout request that was refused: an HTTP status and why.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// 404 unknown stage, 409 a rollout in progress, 422 a candidate that does not load,
+    /// instantiate or `init`.
+    pub status: u16,
+    /// Why.
+    pub message: String,
 }
 
 /// Reload results, for the run report.
@@ -29,8 +54,10 @@ pub struct ReloadStats {
     pub published: u64,
     /// Versions refused (did not compile, instantiate or init).
     pub refused: u64,
-    /// Requests where the file was unchanged.
+    /// Requests where the file was unchanged (or is the candidate rolled back last).
     pub unchanged: u64,
+    /// Versions that started a shadow or canary rollout.
+    pub rollouts: u64,
 }
 
 /// The running reloader: its request channel, the file watcher and the thread.
@@ -130,6 +157,9 @@ fn canonical(p: &std::path::Path) -> PathBuf {
 /// Writers replace files in several events: wait until they go quiet.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// How often time-based rollout windows are checked.
+const TICK: Duration = Duration::from_millis(200);
+
 fn reload_loop(
     engine: &WeirEngine,
     slots: &[Arc<StageSlot>],
@@ -137,24 +167,49 @@ fn reload_loop(
     metrics: &Metrics,
 ) -> ReloadStats {
     let mut stats = ReloadStats::default();
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.recv_timeout(TICK) {
+            Ok(r) => r,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                slots.iter().for_each(|s| s.tick());
+                continue;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
         let mut requests = vec![first];
-        while let Ok(more) = rx.recv_timeout(SETTLE) {
-            requests.push(more);
+        if !matches!(requests[0], ReloadRequest::Rollout { .. }) {
+            while let Ok(more) = rx.recv_timeout(SETTLE) {
+                requests.push(more);
+            }
+        }
+        let mut reloads = Vec::new();
+        for r in requests {
+            match r {
+                ReloadRequest::Rollout {
+                    stage,
+                    plugin,
+                    policy,
+                    reply,
+                } => {
+                    let _ = reply.send(rollout(engine, slots, &stage, &plugin, policy));
+                }
+                other => reloads.push(other),
+            }
         }
         for slot in slots {
-            let wanted = requests.iter().any(|r| match r {
-                ReloadRequest::All => true,
-                ReloadRequest::Path(p) => *p == canonical(&slot.path),
+            let trigger = reloads.iter().find_map(|r| match r {
+                ReloadRequest::All => Some("sighup"),
+                ReloadRequest::Path(p) if *p == canonical(&slot.path) => Some("file"),
+                _ => None,
             });
-            if wanted {
-                let result = reload_one(engine, slot, &mut stats);
+            if let Some(trigger) = trigger {
+                let result = reload_one(engine, slot, trigger, &mut stats);
                 metrics
                     .reloads
                     .with_label_values(&[&slot.spec.name, result])
                     .inc();
                 if result == "published" {
-                    crate::engine::publish_plugin_info(slots, metrics);
+                    crate::rollout::publish_plugin_info(slots, metrics);
                 }
             }
         }
@@ -162,10 +217,66 @@ fn reload_loop(
     stats
 }
 
-/// One reload attempt; returns `published`, `refused` or `unchanged`.
-fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) -> &'static str {
+/// Loads a new version and proves it instantiates and accepts its config before any driver
+/// sees it.
+fn load_checked(engine: &WeirEngine, slot: &StageSlot, path: &Path) -> Result<Arc<Plugin>, String> {
+    let plugin = Arc::new(
+        engine
+            .load_plugin(&slot.spec.name, path)
+            .map_err(|e| e.to_string())?,
+    );
+    StageInstance::new(engine, slot.spec.clone(), plugin.clone()).map_err(|e| e.to_string())?;
+    Ok(plugin)
+}
+
+/// A rollout the admin API asked for.
+fn rollout(
+    engine: &WeirEngine,
+    slots: &[Arc<StageSlot>],
+    stage: &str,
+    path: &Path,
+    policy: RolloutConfig,
+) -> Result<RolloutRecord, Refusal> {
+    let refuse = |status, message: String| Refusal { status, message };
+    let slot = slots
+        .iter()
+        .find(|s| &*s.spec.name == stage)
+        .ok_or_else(|| refuse(404, format!("no stage named `{stage}`")))?;
+    if let Some(r) = slot.rollout() {
+        let e = RolloutError::InProgress {
+            stage: stage.to_owned(),
+            mode: r.mode().name(),
+            candidate: r.candidate.short_hash().to_owned(),
+        };
+        return Err(refuse(409, e.to_string()));
+    }
+    let plugin = load_checked(engine, slot, path).map_err(|e| {
+        tracing::error!(stage, "rollout refused: {e}");
+        refuse(422, format!("candidate refused: {e}"))
+    })?;
+    let r = slot
+        .start_rollout(plugin, policy, "api")
+        .map_err(|e| match e {
+            RolloutError::InProgress { .. } => refuse(409, e.to_string()),
+            _ => refuse(422, e.to_string()),
+        })?;
+    Ok(slot
+        .records()
+        .into_iter()
+        .last()
+        .filter(|rec| rec.candidate == r.candidate.hash)
+        .expect("the rollout just started"))
+}
+
+/// One reload attempt; returns `published`, `rollout`, `refused` or `unchanged`.
+fn reload_one(
+    engine: &WeirEngine,
+    slot: &StageSlot,
+    trigger: &'static str,
+    stats: &mut ReloadStats,
+) -> &'static str {
     let stage = &*slot.spec.name;
-    let (_, old) = slot.current();
+    let (_, old, running) = slot.version();
     let plugin = match engine.load_plugin(stage, &slot.path) {
         Ok(p) => p,
         Err(e) => {
@@ -174,7 +285,8 @@ fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) ->
             return "refused";
         }
     };
-    if plugin.hash == old.hash {
+    let trying = running.as_ref().map(|r| r.candidate.hash.as_str());
+    if plugin.hash == old.hash || trying == Some(plugin.hash.as_str()) {
         stats.unchanged += 1;
         tracing::debug!(
             stage,
@@ -184,21 +296,41 @@ fn reload_one(engine: &WeirEngine, slot: &StageSlot, stats: &mut ReloadStats) ->
         return "unchanged";
     }
     let plugin = Arc::new(plugin);
-    // Prove it instantiates and accepts its config before any driver sees it.
     if let Err(e) = StageInstance::new(engine, slot.spec.clone(), plugin.clone()) {
         stats.refused += 1;
         tracing::error!(stage, keeping = old.short_hash(), "reload refused: {e}");
         return "refused";
     }
-    stats.published += 1;
-    tracing::info!(
-        stage,
-        from = old.short_hash(),
-        to = plugin.short_hash(),
-        load_ms = plugin.load_time.as_millis() as u64,
-        cache = ?plugin.cache,
-        "new plugin version published"
-    );
-    slot.publish(plugin);
-    "published"
+    match slot.offer(plugin.clone(), trigger) {
+        Ok(Offered::Published) => {
+            stats.published += 1;
+            tracing::info!(
+                stage,
+                from = old.short_hash(),
+                to = plugin.short_hash(),
+                load_ms = plugin.load_time.as_millis() as u64,
+                cache = ?plugin.cache,
+                "new plugin version published"
+            );
+            "published"
+        }
+        Ok(Offered::RolloutStarted) => {
+            stats.rollouts += 1;
+            "rollout"
+        }
+        Ok(Offered::RolledBackBefore) => {
+            stats.unchanged += 1;
+            tracing::info!(
+                stage,
+                candidate = plugin.short_hash(),
+                "reload: this version was rolled back earlier; not tried again (`weir rollout` tries it by hand)"
+            );
+            "unchanged"
+        }
+        Err(e) => {
+            stats.refused += 1;
+            tracing::error!(stage, keeping = old.short_hash(), "reload refused: {e}");
+            "refused"
+        }
+    }
 }

@@ -69,6 +69,8 @@ pub struct RunReport {
     pub stages: Vec<StageReport>,
     /// Plugin reloads.
     pub reloads: ReloadStats,
+    /// Rollouts of this run, per stage in order: decided, replaced, or unfinished at exit.
+    pub rollouts: Vec<crate::rollout::RolloutRecord>,
     /// Set when a stage failed.
     pub failure: Option<Failure>,
     /// Set when a sink or the source broke.
@@ -103,6 +105,24 @@ impl RunReport {
                 "  stage {:<16} in {:>8}  keep {:>8}  next {:>8} (emitted {})  dropped {:>8}  rejected {:>6}  failed {} (unanswered after it {})  traps {}  [{} {} ]\n",
                 st.name, c.input, c.keep, c.next, c.emitted, c.dropped, c.rejected, c.failed, c.unanswered, st.sandbox.traps,
                 st.contract, &st.plugin[..12.min(st.plugin.len())]
+            ));
+        }
+        for r in &self.rollouts {
+            let o = &r.observed;
+            s.push_str(&format!(
+                "  rollout {:<14} {} {} → {}: {}{}  ({} messages, {} traps, {} differences)\n",
+                r.stage,
+                r.mode,
+                &r.live[..12.min(r.live.len())],
+                &r.candidate[..12.min(r.candidate.len())],
+                r.outcome,
+                r.reason
+                    .as_deref()
+                    .map(|x| format!(" ({x})"))
+                    .unwrap_or_default(),
+                o.messages,
+                o.traps,
+                o.differences(),
             ));
         }
         if let Some(f) = &self.failure {

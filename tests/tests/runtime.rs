@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use weir::chain::Chain;
 use weir::config::BatchConfig;
-use weir::engine::{StageSlot, WeirEngine};
+use weir::engine::WeirEngine;
 use weir::message::{Envelope, Lane, Message};
 use weir::metrics::Metrics;
+use weir::rollout::StageSlot;
 use weir::runtime::{run_parts, ControllerOptions, Parts, RunOutcome};
 use weir::sink::{Record, Sink, SinkError, Ticket};
 use weir::source::{Handler, Item, PartitionKey, Source, SourceError};

@@ -3,9 +3,11 @@
 //! Exit codes: 0 success, 1 the pipeline failed (a stage said `fail`, or a sink broke),
 //! 2 bad configuration, plugin or usage.
 
+mod admin;
 mod broker;
 mod check;
 pub mod component;
+mod http;
 mod inspect;
 mod new;
 mod replay;
@@ -64,6 +66,14 @@ enum Command {
     Component(component::ComponentArgs),
     /// A live view of a running pipeline (stages, partitions, flow), from its metrics address.
     Top(top::TopArgs),
+    /// Each stage of a running pipeline: live version, rollout in progress, the last one.
+    Status(admin::StatusArgs),
+    /// Try a new version of a stage on live traffic (shadow or canary) in a running pipeline.
+    Rollout(admin::RolloutArgs),
+    /// Make a rollout's candidate the live version now.
+    Promote(admin::DecideArgs),
+    /// Drop a rollout's candidate now; the live version runs on.
+    Rollback(admin::DecideArgs),
 }
 
 /// Exit code: the pipeline failed.
@@ -101,6 +111,10 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => replay::replay(&args),
         Command::Component(args) => component::component(&args),
         Command::Top(args) => top::top(&args),
+        Command::Status(args) => admin::status(&args),
+        Command::Rollout(args) => admin::rollout(&args),
+        Command::Promote(args) => admin::decide(&args, "promote"),
+        Command::Rollback(args) => admin::decide(&args, "rollback"),
         Command::Schema => {
             print!("{}", crate::config::schema());
             ExitCode::SUCCESS

@@ -193,6 +193,21 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
                 ));
             }
         }
+        let r = &s.rollout;
+        if r.candidate.is_some() && r.mode == super::RolloutMode::Immediate {
+            return Err(at(
+                text,
+                &format!("stages[{i}].rollout.candidate"),
+                "needs `mode: shadow` or `mode: canary` (an immediate candidate is just the plugin)",
+            ));
+        }
+        if r.mode == super::RolloutMode::Canary && r.share.0 <= 0.0 {
+            return Err(at(
+                text,
+                &format!("stages[{i}].rollout.share"),
+                "a canary needs a share above 0%",
+            ));
+        }
         if s.limits.timeout.is_zero() {
             return Err(at(
                 text,
@@ -231,6 +246,22 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
             }
         }
     }
+    if let Some(name) = &cfg.runtime.admin_token_env {
+        if cfg.runtime.metrics.is_none() {
+            return Err(at(
+                text,
+                "runtime.admin_token_env",
+                "the admin API is served on `runtime.metrics`: set that address too",
+            ));
+        }
+        if name.is_empty() {
+            return Err(at(
+                text,
+                "runtime.admin_token_env",
+                "name the environment variable",
+            ));
+        }
+    }
     if cfg.batch.max_messages == 0 {
         return Err(at(text, "batch.max_messages", "must be at least 1"));
     }
@@ -253,6 +284,12 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
     }
     for s in &mut cfg.stages {
         fix(&mut s.plugin);
+        if let Some(c) = &mut s.rollout.candidate {
+            fix(c);
+        }
+        if let Some(d) = &mut s.rollout.differences {
+            fix(d);
+        }
         for d in &mut s.allow.dirs {
             fix(&mut d.host);
         }

@@ -9,6 +9,7 @@
 mod kafka;
 mod load;
 mod locate;
+mod rollout;
 mod size;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use serde::Deserialize;
 pub use kafka::{property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
 pub use load::{load, load_str, ConfigError};
 pub use locate::line_of_path;
+pub use rollout::{CanaryBy, Factor, Observe, Percent, RollbackWhen, RolloutConfig, RolloutMode};
 pub use size::ByteSize;
 
 /// A whole pipeline: a source, stages in order, a sink and a reject path.
@@ -182,6 +184,10 @@ pub struct StageConfig {
     /// What the sandbox grants beyond computing: nothing unless listed here.
     #[serde(default)]
     pub allow: Grants,
+    /// How a new version of the plugin goes live (file replaced, SIGHUP, the admin API):
+    /// `immediate` (default), `shadow` or `canary`. See docs/rollouts.md.
+    #[serde(default)]
+    pub rollout: RolloutConfig,
 }
 
 /// Capabilities a stage is granted. By default a stage sees no files, no environment variables
@@ -343,9 +349,15 @@ pub struct RuntimeConfig {
     /// partitions pause if that lasts over 0.5 s); it resumes below half of it.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: ByteSize,
-    /// Serve Prometheus `/metrics`, `/healthz` and `/readyz` on this address (`127.0.0.1:9464`).
+    /// Serve Prometheus `/metrics`, `/healthz`, `/readyz` and the admin API (`/stages`) on
+    /// this address (`127.0.0.1:9464`).
     #[serde(default)]
     pub metrics: Option<String>,
+    /// The environment variable holding the admin API's bearer token. Required for the admin
+    /// API when `metrics` binds a non-loopback address (without it, the API answers 403 there);
+    /// when set, every admin request must carry `Authorization: Bearer TOKEN`.
+    #[serde(default)]
+    pub admin_token_env: Option<String>,
 }
 
 fn default_drivers() -> usize {
@@ -374,6 +386,7 @@ impl Default for RuntimeConfig {
             cores: None,
             max_in_flight: default_max_in_flight(),
             metrics: None,
+            admin_token_env: None,
         }
     }
 }

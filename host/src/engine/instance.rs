@@ -137,6 +137,9 @@ pub struct StageInstance {
     engine: WeirEngine,
     live: Live,
     buf: Vec<u8>,
+    /// Positions in the last `process` call's output of the verdicts a trap decided (or an
+    /// output over the cap), not the stage.
+    trapped_at: Vec<usize>,
     /// Sandbox events so far.
     pub stats: SandboxStats,
 }
@@ -161,6 +164,7 @@ impl StageInstance {
             engine: engine.clone(),
             live,
             buf: Vec::new(),
+            trapped_at: Vec::new(),
             stats: SandboxStats::default(),
         })
     }
@@ -173,6 +177,12 @@ impl StageInstance {
     /// The stage's spec.
     pub fn spec(&self) -> &Arc<StageSpec> {
         &self.spec
+    }
+
+    /// Positions in the output of the last [`process`](Self::process) call whose verdicts
+    /// came from a trap (or an output over the cap) rather than from the stage.
+    pub fn trapped_at(&self) -> &[usize] {
+        &self.trapped_at
     }
 
     /// True when calls go through the packed batch path.
@@ -189,6 +199,7 @@ impl StageInstance {
         batch: &[Envelope],
         out: &mut Vec<Verdict>,
     ) -> Result<(), InstanceError> {
+        self.trapped_at.clear();
         if batch.is_empty() {
             return Ok(());
         }
@@ -239,6 +250,7 @@ impl StageInstance {
                         on_trap = ?self.spec.on_trap,
                         "stage trapped: {reason}"
                     );
+                    self.trapped_at.push(out.len());
                     out.push(self.trapped(reason));
                     break;
                 }
@@ -331,6 +343,7 @@ impl StageInstance {
         let max = self.spec.max_output;
         out.reserve(batch.len());
         for v in reader {
+            let at = out.len();
             out.push(match v {
                 weir_abi::Verdict::Keep => Verdict::Keep,
                 weir_abi::Verdict::Next(msgs)
@@ -339,6 +352,7 @@ impl StageInstance {
                     if msgs.byte_len() + 8 * msgs.len() > max && payload_len(&msgs) > max =>
                 {
                     self.stats.oversized += 1;
+                    self.trapped_at.push(at);
                     self.trapped(oversize(payload_len(&msgs), max))
                 }
                 weir_abi::Verdict::Next(msgs) => Verdict::Next(
@@ -426,6 +440,7 @@ impl StageInstance {
                 let size = output_len(&msgs);
                 if size > self.spec.max_output {
                     self.stats.oversized += 1;
+                    self.trapped_at.push(out.len());
                     self.trapped(oversize(size, self.spec.max_output))
                 } else {
                     Verdict::Next(msgs)

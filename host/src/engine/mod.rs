@@ -5,7 +5,6 @@ pub mod bindings;
 mod cache;
 mod instance;
 mod plugin;
-mod slot;
 mod state;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +17,6 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 pub use cache::{content_hash, default_dir as default_cache_dir, CacheOutcome};
 pub use instance::{InstanceError, SandboxStats, StageInstance, StageSpec, Verdict};
 pub use plugin::{Contract, Plugin, PluginError};
-pub use slot::{publish_plugin_info, StageSlot};
 pub use state::{MemoryLimitExceeded, StageState};
 
 /// How often the epoch advances; deadlines are whole ticks of this.

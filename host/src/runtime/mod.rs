@@ -222,9 +222,29 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         chains.push(Chain::new(&engine, &slots)?);
     }
     let metrics = Metrics::new();
-    crate::engine::publish_plugin_info(&slots, &metrics);
+    crate::rollout::publish_plugin_info(&slots, &metrics);
+    for s in &slots {
+        s.attach_metrics(metrics.clone());
+    }
     if let Some(addr) = &cfg.runtime.metrics {
-        crate::metrics::serve(addr, metrics.clone())?;
+        let token = match &cfg.runtime.admin_token_env {
+            Some(name) => Some(
+                std::env::var(name)
+                    .ok()
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| StartError::AdminToken(name.clone()))?,
+            ),
+            None => None,
+        };
+        crate::admin::serve(
+            addr,
+            crate::admin::Admin {
+                metrics: metrics.clone(),
+                slots: slots.clone(),
+                reload: reload_channel.0.clone(),
+                token,
+            },
+        )?;
     }
     let sink = cfg.sink.build(Role::Sink, &metrics)?;
     let rejects: Arc<dyn Sink> = match &cfg.reject {
@@ -283,6 +303,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         batches: metrics.batch_size.get_sample_count(),
         stages: outcome.stages,
         reloads,
+        rollouts: crate::rollout::unfinished(&slots),
         failure: outcome.controller.failure,
         error: outcome.controller.error.map(|e| e.to_string()),
     };

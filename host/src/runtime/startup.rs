@@ -8,8 +8,9 @@ use crossbeam_channel::Receiver;
 
 use crate::chain::Chain;
 use crate::config::PipelineConfig;
-use crate::engine::{InstanceError, PluginError, StageSlot, StageSpec, WeirEngine};
+use crate::engine::{InstanceError, PluginError, StageSpec, WeirEngine};
 use crate::reload::ReloadRequest;
+use crate::rollout::{RolloutError, StageSlot};
 
 /// The pipeline could not start (exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +32,18 @@ pub enum StartError {
     Sink(#[from] crate::sink::SinkError),
     /// The metrics listener could not start.
     #[error(transparent)]
-    Metrics(#[from] crate::metrics::ListenError),
+    Metrics(#[from] crate::admin::ListenError),
+    /// `runtime.admin_token_env` names a variable that is not set.
+    #[error("runtime.admin_token_env: environment variable `{0}` is not set (or empty); the admin API needs its token")]
+    AdminToken(String),
+    /// A stage's `rollout.candidate` does not load, instantiate or `init`.
+    #[error("stage `{stage}`: rollout.candidate refused: {reason}")]
+    Candidate {
+        /// The stage.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
     /// The signal handlers could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
@@ -71,11 +83,31 @@ pub fn prepare(cfg: &PipelineConfig) -> Result<Prepared, StartError> {
         let plugin = engine.load_plugin(&s.name, &s.plugin)?;
         tracing::info!(stage = %s.name, plugin = plugin.short_hash(), contract = ?plugin.contract,
             cache = ?plugin.cache, load_ms = plugin.load_time.as_millis() as u64, "plugin loaded");
-        slots.push(Arc::new(StageSlot::new(
+        let slot = Arc::new(StageSlot::new(
             Arc::new(StageSpec::from(s)),
             s.plugin.clone(),
+            s.rollout.clone(),
             Arc::new(plugin),
-        )));
+        ));
+        if let Some(path) = &s.rollout.candidate {
+            let candidate =
+                engine
+                    .load_plugin(&s.name, path)
+                    .map_err(|e| StartError::Candidate {
+                        stage: s.name.clone(),
+                        reason: e.to_string(),
+                    })?;
+            let candidate = Arc::new(candidate);
+            let refused = |reason: String| StartError::Candidate {
+                stage: s.name.clone(),
+                reason,
+            };
+            crate::engine::StageInstance::new(&engine, slot.spec.clone(), candidate.clone())
+                .map_err(|e| refused(e.to_string()))?;
+            slot.start_rollout(candidate, s.rollout.clone(), "start")
+                .map_err(|e: RolloutError| refused(e.to_string()))?;
+        }
+        slots.push(slot);
     }
     let chain = Chain::new(&engine, &slots)?;
     Ok(Prepared {

@@ -1,8 +1,6 @@
 //! Reading a running pipeline's `/metrics` over plain TCP into a [`Snapshot`].
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Scrape, Value};
@@ -76,11 +74,7 @@ pub struct Snapshot {
     pub reloads: f64,
 }
 
-/// Normalises `ADDR`: `host:port`, also given as `http://host:port/…`.
-pub fn host_port(addr: &str) -> String {
-    let a = addr.strip_prefix("http://").unwrap_or(addr);
-    a.split('/').next().unwrap_or(a).to_owned()
-}
+pub use super::super::http::host_port;
 
 /// Fetches and parses `http://ADDR/metrics`.
 pub fn scrape(addr: &str) -> Result<Snapshot, ScrapeError> {
@@ -92,30 +86,15 @@ pub fn scrape(addr: &str) -> Result<Snapshot, ScrapeError> {
 }
 
 fn fetch(addr: &str) -> std::io::Result<String> {
-    let target = addr.to_socket_addrs()?.next().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to")
-    })?;
-    let mut conn = TcpStream::connect_timeout(&target, TIMEOUT)?;
-    conn.set_read_timeout(Some(TIMEOUT))?;
-    conn.set_write_timeout(Some(TIMEOUT))?;
-    write!(
-        conn,
-        "GET /metrics HTTP/1.0\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
-    })?;
-    let status = head.lines().next().unwrap_or("");
-    if status.split_whitespace().nth(1) != Some("200") {
+    let (status, body) = super::super::http::request("GET", addr, "/metrics", None, None, TIMEOUT)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::ConnectionRefused, e.reason))?;
+    if status != 200 {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("GET /metrics answered `{status}`"),
+            format!("GET /metrics answered {status}"),
         ));
     }
-    Ok(body.to_owned())
+    Ok(body)
 }
 
 /// Parses a text exposition into a snapshot; `NotWeir` when it is not Weir's.
