@@ -35,6 +35,8 @@ pub enum ReloadRequest {
         /// Where the answer goes.
         reply: Sender<Result<RolloutRecord, Refusal>>,
     },
+    /// Stop serving (sent by [`Reloader::finish`]; the admin API keeps a sender to the end).
+    Shutdown,
 }
 
 /// A rollout request that was refused: an HTTP status and why.
@@ -98,10 +100,11 @@ impl Reloader {
         }
     }
 
-    /// Stops watching, lets a reload in progress finish, and returns the stats. Every other
-    /// sender must be dropped first.
+    /// Stops watching, lets a reload in progress finish (requests queued before are served),
+    /// and returns the stats.
     pub fn finish(self) -> ReloadStats {
         drop(self.watcher);
+        let _ = self.tx.send(ReloadRequest::Shutdown);
         drop(self.tx);
         self.handle.join().unwrap_or_default()
     }
@@ -176,6 +179,9 @@ fn reload_loop(
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         };
+        if matches!(first, ReloadRequest::Shutdown) {
+            break;
+        }
         let mut requests = vec![first];
         if !matches!(requests[0], ReloadRequest::Rollout { .. }) {
             while let Ok(more) = rx.recv_timeout(SETTLE) {
@@ -193,6 +199,7 @@ fn reload_loop(
                 } => {
                     let _ = reply.send(rollout(engine, slots, &stage, &plugin, policy));
                 }
+                ReloadRequest::Shutdown => return stats,
                 other => reloads.push(other),
             }
         }
@@ -286,7 +293,9 @@ fn reload_one(
         }
     };
     let trying = running.as_ref().map(|r| r.candidate.hash.as_str());
-    if plugin.hash == old.hash || trying == Some(plugin.hash.as_str()) {
+    let file = slot.file_hash();
+    if plugin.hash == file || plugin.hash == old.hash || trying == Some(plugin.hash.as_str()) {
+        slot.set_file_hash(&plugin.hash);
         stats.unchanged += 1;
         tracing::debug!(
             stage,
@@ -301,6 +310,7 @@ fn reload_one(
         tracing::error!(stage, keeping = old.short_hash(), "reload refused: {e}");
         return "refused";
     }
+    slot.set_file_hash(&plugin.hash);
     match slot.offer(plugin.clone(), trigger) {
         Ok(Offered::Published) => {
             stats.published += 1;

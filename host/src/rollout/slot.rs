@@ -30,6 +30,9 @@ pub struct StageSlot {
 
 struct SlotState {
     live: Arc<Plugin>,
+    /// The hash of the plugin file as last loaded: a reload acts only when the file changed
+    /// (after a promotion from elsewhere, the file may still hold the older version).
+    file_hash: String,
     rollout: Option<Arc<Rollout>>,
     /// The last candidate rolled back: the same file is not tried again by a reload.
     rolled_back: Option<String>,
@@ -186,6 +189,7 @@ impl StageSlot {
             path,
             policy,
             state: Mutex::new(SlotState {
+                file_hash: plugin.hash.clone(),
                 live: plugin,
                 rollout: None,
                 rolled_back: None,
@@ -223,6 +227,16 @@ impl StageSlot {
     pub fn version(&self) -> (u64, Arc<Plugin>, Option<Arc<Rollout>>) {
         let s = self.state();
         (self.generation(), s.live.clone(), s.rollout.clone())
+    }
+
+    /// The hash of the plugin file as last loaded.
+    pub fn file_hash(&self) -> String {
+        self.state().file_hash.clone()
+    }
+
+    /// Records that the plugin file now holds the version with `hash`.
+    pub fn set_file_hash(&self, hash: &str) {
+        self.state().file_hash = hash.to_owned();
     }
 
     /// The rollout in progress.
