@@ -204,11 +204,15 @@ fn reload_loop(
             }
         }
         for slot in slots {
-            let trigger = reloads.iter().find_map(|r| match r {
-                ReloadRequest::All => Some("sighup"),
-                ReloadRequest::Path(p) if *p == canonical(&slot.path) => Some("file"),
+            let file = reloads
+                .iter()
+                .any(|r| matches!(r, ReloadRequest::Path(p) if *p == canonical(&slot.path)));
+            let all = reloads.iter().any(|r| matches!(r, ReloadRequest::All));
+            let trigger = match (file, all) {
+                (true, _) => Some("file"),
+                (false, true) => Some("sighup"),
                 _ => None,
-            });
+            };
             if let Some(trigger) = trigger {
                 let result = reload_one(engine, slot, trigger, &mut stats);
                 metrics

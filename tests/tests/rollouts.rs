@@ -86,7 +86,7 @@ fn shadow_of_a_version_that_rejects_more_is_rolled_back_and_none_of_its_answers_
     // One message in five says `reject`: the candidate (misbehave) rejects it, the live
     // version (passthrough) keeps it.
     let value = |i: usize| {
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             "reject".to_owned()
         } else {
             ordinary(i)
@@ -264,7 +264,7 @@ fn on_kafka_a_shadow_that_rejects_more_is_rolled_back_and_a_canary_that_traps_lo
         "      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 1000000 messages\n"
     );
     let value = |i: usize| {
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             "reject".to_owned()
         } else {
             kafka_value(i)
@@ -317,6 +317,17 @@ struct Live {
 
 impl Live {
     fn start(s: &Scratch, bind: &str, token_env: Option<&str>) -> Live {
+        Live::with_policy(s, bind, token_env, PASSTHROUGH, "")
+    }
+
+    /// A pipeline on stdin whose stage runs `plugin` under the `rollout` block given.
+    fn with_policy(
+        s: &Scratch,
+        bind: &str,
+        token_env: Option<&str>,
+        plugin: &str,
+        rollout: &str,
+    ) -> Live {
         let port = free_port();
         let admin = token_env
             .map(|t| format!("  admin_token_env: {t}\n"))
@@ -324,7 +335,7 @@ impl Live {
         s.write(
             "live.yaml",
             &format!(
-                "source:\n  stdin: {{}}\nstages:\n  - name: s\n    plugin: {PASSTHROUGH}\n    config:\n      set.by: v2\nsink:\n  jsonl: {{ path: out.jsonl }}\nbatch:\n  max_messages: 4\n  linger: 1ms\nruntime:\n  report: report.json\n  metrics: {bind}:{port}\n{admin}"
+                "source:\n  stdin: {{}}\nstages:\n  - name: s\n    plugin: {plugin}\n    config:\n      set.by: v2\n{rollout}sink:\n  jsonl: {{ path: out.jsonl }}\nbatch:\n  max_messages: 4\n  linger: 1ms\nruntime:\n  report: report.json\n  metrics: {bind}:{port}\n{admin}"
             ),
         );
         let mut child = s
@@ -520,4 +531,59 @@ fn on_a_non_loopback_address_the_admin_api_needs_the_token() {
     let o = live.verb(&s, "status", &[], true);
     assert!(stderr(&o).contains("403"), "{}", stderr(&o));
     live.finish(&s);
+}
+
+#[test]
+fn a_replaced_plugin_file_goes_through_the_stage_policy_and_the_metrics_say_what_happened() {
+    let s = scratch!();
+    std::fs::copy(PASSTHROUGH, s.path("stage.wasm")).unwrap();
+    let policy =
+        "    rollout:\n      mode: canary\n      share: 100%\n      observe: 40 messages\n";
+    let mut live = Live::with_policy(&s, "127.0.0.1", None, "stage.wasm", policy);
+    live.feed(0, 10);
+    std::fs::copy(JSON_ENRICH, s.path("stage.wasm.tmp")).unwrap();
+    std::fs::rename(s.path("stage.wasm.tmp"), s.path("stage.wasm")).unwrap();
+    wait_for("a canary from the replaced file", || {
+        live.status(&s, false)["stages"][0]["rollout"]["trigger"] == "file"
+    });
+    let port = live.port;
+    let metrics = |name: &str| {
+        let (_, text) = weir_tests::try_scrape(port, "/metrics").unwrap();
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        metrics("weir_rollout_state"),
+        ["weir_rollout_state{stage=\"s\"} 2"]
+    );
+    live.feed(10, 100);
+    wait_for("promoted after 40 messages", || {
+        live.status(&s, false)["stages"][0]["last_rollout"]["outcome"] == "promoted"
+    });
+    assert_eq!(
+        metrics("weir_rollout_state"),
+        ["weir_rollout_state{stage=\"s\"} 0"]
+    );
+    assert_eq!(
+        metrics("weir_rollout_decisions_total"),
+        ["weir_rollout_decisions_total{decision=\"promote\",reason=\"observed\",stage=\"s\"} 1"]
+    );
+    // SIGHUP with the file unchanged starts nothing (the file is what was promoted).
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", &live.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(live.status(&s, false)["stages"][0]["rollout"].is_null());
+    let rep = live.finish(&s);
+    assert_eq!(rep["rollouts"].as_array().unwrap().len(), 1, "{rep:#}");
+    let out = s.read_jsonl("out.jsonl");
+    assert_eq!(out.len(), 110);
+    assert!(out[109]["value"]
+        .as_str()
+        .unwrap()
+        .contains("\"by\":\"v2\""));
 }
