@@ -6,6 +6,9 @@
 //! * `json_filter/*`: the JSON filter compiled natively (same Rust function, called directly)
 //!   vs as a wasm stage on the batch path, batch 256.
 //! * `swap/*`: what a driver pauses for at a hot swap with a warm cache: a new instance + init.
+//! * `rollout/*`: one JSON-filter stage through the chain alone, with a shadow candidate (the
+//!   same plugin: every answer is compared), and as a canary whose share does not include the
+//!   lane (routing only) or splits the batch by key (50%), batch 256.
 //!
 //! Run: `cargo bench -p weir-benches` (results and commands: docs/BENCHMARKS.md).
 
@@ -125,9 +128,71 @@ fn swap(c: &mut Criterion) {
     g.finish();
 }
 
+fn rollout(c: &mut Criterion) {
+    use weir::chain::Chain;
+    use weir::config::{CanaryBy, Observe, Percent, RollbackWhen, RolloutConfig, RolloutMode};
+    use weir::rollout::StageSlot;
+    let engine = engine();
+    // Partition 1 is outside a 50% lane share (see `rollout::split`).
+    let lane = weir::message::Lane {
+        topic: "bench".into(),
+        partition: 1,
+    };
+    let cfg = [("field", "status"), ("equals", "paid")];
+    let plugin = Arc::new(
+        engine
+            .load_plugin("bench", std::path::Path::new(plugins::JSON_FILTER))
+            .unwrap(),
+    );
+    let never = RollbackWhen {
+        trap: 0,
+        fail: 0,
+        reject_rate: None,
+        diff_rate: None,
+        slower: None,
+    };
+    let policy = |mode, by| RolloutConfig {
+        mode,
+        by,
+        share: Percent(0.5),
+        observe: Observe::Messages(u64::MAX),
+        rollback_when: never.clone(),
+        ..RolloutConfig::default()
+    };
+    let n = 256;
+    let batch = messages(n);
+    let mut g = c.benchmark_group("rollout");
+    g.throughput(Throughput::Elements(n as u64));
+    for (name, mode, by) in [
+        ("single", RolloutMode::Immediate, CanaryBy::Lane),
+        ("shadow", RolloutMode::Shadow, CanaryBy::Lane),
+        ("canary_lane_outside", RolloutMode::Canary, CanaryBy::Lane),
+        ("canary_key_half", RolloutMode::Canary, CanaryBy::Key),
+    ] {
+        let slot = Arc::new(StageSlot::new(
+            spec(ContractChoice::Batch, &cfg),
+            plugins::JSON_FILTER.into(),
+            RolloutConfig::default(),
+            plugin.clone(),
+        ));
+        if mode != RolloutMode::Immediate {
+            slot.start_rollout(plugin.clone(), policy(mode, by), "bench")
+                .unwrap();
+        }
+        let mut chain = Chain::new(&engine, &[slot]).unwrap();
+        g.bench_with_input(BenchmarkId::new(name, n), &batch, |b, batch| {
+            b.iter(|| {
+                let out = chain.run(&lane, batch.clone()).unwrap();
+                assert_eq!(out.outputs.len(), n / 2);
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
-    targets = boundary, json_filter, swap
+    targets = boundary, json_filter, swap, rollout
 }
 criterion_main!(benches);

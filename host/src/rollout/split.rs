@@ -25,14 +25,19 @@ pub fn lane_to_candidate(share: f64, partition: i32) -> bool {
     x < share
 }
 
-/// FNV-1a, 64 bits: stable across processes and versions.
+/// FNV-1a, 64 bits, then MurmurHash3's finaliser (FNV alone leaves keys that differ in their
+/// last characters close together in the high bits): stable across processes and versions.
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// A hash as a number in [0, 1).

@@ -8,8 +8,8 @@
 //!  ├─ weir-driver-N    own lanes + own stage instances: lane → batch → chain → sinks
 //!  ├─ sink threads     (Kafka: librdkafka's delivery reports settle per-offset tickets)
 //!  ├─ weir-source      (JSONL: the line reader)
-//!  ├─ weir-reload      hot swap: watch plugin files, SIGHUP
-//!  ├─ weir-metrics     /metrics, /healthz, /readyz (when `runtime.metrics` is set)
+//!  ├─ weir-reload      hot swap and rollouts: watch plugin files, SIGHUP, admin requests
+//!  ├─ weir-metrics     /metrics, /healthz, /readyz, /stages (when `runtime.metrics` is set)
 //!  └─ weir-progress    a progress line on a terminal
 //! ```
 //!
