@@ -60,10 +60,17 @@ fn only_rollout(report: &Value) -> &Value {
 
 #[test]
 fn shadow_of_a_version_with_the_same_answers_finds_no_difference_and_is_promoted() {
+    // A byte-identical rebuild (the same file), and another build with the same answers.
+    for candidate in [PASSTHROUGH, MISBEHAVE] {
+        shadow_same_answers(candidate);
+    }
+}
+
+fn shadow_same_answers(candidate: &str) {
     let s = scratch!();
     input(&s, 1000, ordinary);
     let rollout = format!(
-        "      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 300 messages\n      differences: diffs.jsonl\n"
+        "      mode: shadow\n      candidate: {candidate}\n      observe: 300 messages\n      differences: diffs.jsonl\n"
     );
     let rep = run_local(&s, &stage(PASSTHROUGH, &rollout));
     let r = only_rollout(&rep);
@@ -76,6 +83,7 @@ fn shadow_of_a_version_with_the_same_answers_finds_no_difference_and_is_promoted
     // The candidate runs on after its promotion.
     assert_eq!(rep["stages"][0]["plugin"], r["candidate"]);
     assert_eq!(rep["stages"][0]["swaps"], 1);
+    assert_eq!(r["candidate"] == r["live"], candidate == PASSTHROUGH);
     let out = s.read_jsonl("out.jsonl");
     assert_eq!(out.len(), 1000);
 }
@@ -259,6 +267,33 @@ fn on_kafka_a_canary_of_half_the_lanes_or_keys_answers_each_message_once_in_orde
 }
 
 #[test]
+fn on_kafka_a_shadow_that_meets_no_rollback_condition_is_promoted_and_answers_the_rest() {
+    let shadow = format!(
+        "      mode: shadow\n      candidate: {JSON_ENRICH}\n      observe: 300 messages\n      rollback_when: {{ diff_rate: off }}\n"
+    );
+    // The candidate (json-enrich) tags every message, so every answer differs; with
+    // `diff_rate: off` only traps, fails and rejects could stop it: it is promoted after 300
+    // answers, and from then on its tagged answers are delivered, each input once, in order.
+    let (rep, out, dlq) = run_kafka(&stage(PASSTHROUGH, &shadow), "g-promote", kafka_value);
+    let r = only_rollout(&rep);
+    assert_eq!(
+        (&r["outcome"], &r["reason"]),
+        (&json!("promoted"), &json!("observed")),
+        "{r:#}"
+    );
+    assert!(dlq.is_empty());
+    let tagged = exactly_once_in_order(&out, 2000);
+    assert!(
+        tagged.iter().any(|t| *t) && tagged.iter().any(|t| !*t),
+        "both versions answered"
+    );
+    assert!(
+        r["observed"]["differ"]["differ_value"].as_u64().unwrap() >= 300,
+        "{r:#}"
+    );
+}
+
+#[test]
 fn on_kafka_a_shadow_that_rejects_more_is_rolled_back_and_a_canary_that_traps_loses_nothing() {
     let shadow = format!(
         "      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 1000000 messages\n"
@@ -409,7 +444,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 #[test]
-fn the_admin_api_shows_starts_promotes_and_rolls_back_rollouts() {
+fn the_admin_api_shows_starts_promotes_and_rolls_back_rollouts_and_refuses_bad_requests() {
     let s = scratch!();
     let mut live = Live::start(&s, "127.0.0.1", None);
     live.feed(0, 20);
@@ -431,6 +466,32 @@ fn the_admin_api_shows_starts_promotes_and_rolls_back_rollouts() {
     assert!(stderr(&busy).contains("409"), "{}", stderr(&busy));
     let unknown = live.verb(&s, "rollout", &["--stage", "nope", MISBEHAVE], false);
     assert!(stderr(&unknown).contains("404"), "{}", stderr(&unknown));
+    let busy_but_bad = live.verb(&s, "rollback", &["--stage", "s"], false);
+    assert!(busy_but_bad.status.success(), "{}", stderr(&busy_but_bad));
+    let yaml = s.path("live.yaml");
+    let not_a_stage = live.verb(
+        &s,
+        "rollout",
+        &["--stage", "s", yaml.to_str().unwrap()],
+        false,
+    );
+    assert_eq!(not_a_stage.status.code(), Some(2));
+    assert!(
+        stderr(&not_a_stage).contains("422"),
+        "{}",
+        stderr(&not_a_stage)
+    );
+    assert!(
+        live.status(&s, false)["stages"][0]["rollout"].is_null(),
+        "live untouched"
+    );
+    let o = live.verb(
+        &s,
+        "rollout",
+        &["--stage", "s", JSON_ENRICH, "--observe", "1000000 messages"],
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
     live.feed(20, 50);
     wait_for("differences counted", || {
         let st = live.status(&s, false);
@@ -487,7 +548,11 @@ fn the_admin_api_shows_starts_promotes_and_rolls_back_rollouts() {
         .collect();
     assert_eq!(
         outcomes,
-        [("promoted", "manual"), ("rolled_back", "manual")]
+        [
+            ("rolled_back", "manual"),
+            ("promoted", "manual"),
+            ("rolled_back", "manual")
+        ]
     );
     assert_eq!(rep["stages"][0]["plugin"], enriched);
     let out = s.read_jsonl("out.jsonl");
