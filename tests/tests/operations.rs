@@ -134,8 +134,9 @@ fn total_lag(pane: &str) -> u64 {
 fn stage_rate(pane: &str, stage: &str) -> Option<f64> {
     pane.lines().find_map(|l| {
         let cols: Vec<&str> = l.trim_matches(['│', ' ']).split_whitespace().collect();
-        (cols.first() == Some(&stage))
-            .then(|| cols.get(2)?.replace(',', "").parse().ok())
+        // Columns: stage, plugin, rollout, in/s, ...
+        (cols.first() == Some(&stage) && cols.get(2) == Some(&"-"))
+            .then(|| cols.get(3)?.replace(',', "").parse().ok())
             .flatten()
     })
 }

@@ -35,6 +35,8 @@ pub struct StageSample {
     pub batch_seconds: Vec<(f64, f64)>,
     /// Running plugin (short hash).
     pub plugin: String,
+    /// Rollout in progress: 0 none, 1 shadow, 2 canary.
+    pub rollout: f64,
 }
 
 impl StageSample {
@@ -158,6 +160,7 @@ pub fn parse(addr: &str, body: &str) -> Result<Snapshot, ScrapeError> {
             "weir_plugin_info" if v > 0.0 => {
                 snap.stages.entry(label("stage")).or_default().plugin = label("plugin")
             }
+            "weir_rollout_state" => snap.stages.entry(label("stage")).or_default().rollout = v,
             "weir_partition_state" => snap.partitions.entry(partition()).or_default().state = v,
             "weir_consumer_lag" => snap.partitions.entry(partition()).or_default().lag = Some(v),
             "weir_committed_offset" => {
@@ -228,6 +231,7 @@ mod tests {
             .stage_seconds
             .with_label_values(&["s"])
             .observe(0.001);
+        metrics.rollout_state.with_label_values(&["s"]).set(2);
         metrics.consumer_lag.with_label_values(&["t", "3"]).set(40);
         metrics
             .partition_state
@@ -244,6 +248,7 @@ mod tests {
         let snap = parse("x:1", &metrics.render()).unwrap();
         let s = &snap.stages["s"];
         assert_eq!(s.input(), 7.0);
+        assert_eq!(s.rollout, 2.0, "a canary in progress");
         assert!(s.batch_seconds.iter().any(|(_, c)| *c == 1.0));
         let p = snap.partitions[&("t".to_owned(), 3)];
         assert_eq!(

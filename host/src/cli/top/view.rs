@@ -178,8 +178,8 @@ impl View {
 
     fn stages(&self) -> Table<'static> {
         let header = Row::new([
-            "stage", "plugin", "in/s", "keep/s", "next/s", "drop/s", "reject/s", "fail/s", "p50",
-            "p99", "traps", "timeouts",
+            "stage", "plugin", "rollout", "in/s", "keep/s", "next/s", "drop/s", "reject/s",
+            "fail/s", "p50", "p99", "traps", "timeouts",
         ])
         .style(Style::new().add_modifier(Modifier::BOLD));
         let rows: Vec<Row> = self
@@ -201,6 +201,12 @@ impl View {
                 Row::new([
                     name.clone(),
                     st.plugin.chars().take(12).collect(),
+                    match st.rollout as i64 {
+                        1 => "shadow",
+                        2 => "canary",
+                        _ => "-",
+                    }
+                    .to_owned(),
                     input,
                     per("keep"),
                     per("next"),
@@ -217,6 +223,7 @@ impl View {
         let widths = [
             Constraint::Min(12),
             Constraint::Length(12),
+            Constraint::Length(7),
             Constraint::Length(9),
             Constraint::Length(9),
             Constraint::Length(9),
