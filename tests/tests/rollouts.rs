@@ -39,6 +39,29 @@ fn ordinary(i: usize) -> String {
     format!("{{\"n\":{i}}}")
 }
 
+/// Values that are `word` where `at(i)`, else ordinary JSON.
+fn values(word: &'static str, at: impl Fn(usize) -> bool) -> impl Fn(usize) -> String {
+    move |i| {
+        if at(i) {
+            word.to_owned()
+        } else {
+            ordinary(i)
+        }
+    }
+}
+
+/// The sink holds every input, unchanged and in order, and nothing was rejected: what the
+/// live version (passthrough) alone produces.
+fn assert_live_output(s: &Scratch, n: usize, value: impl Fn(usize) -> String) {
+    let out = s.read_jsonl("out.jsonl");
+    assert_eq!(out.len(), n);
+    for (i, line) in out.iter().enumerate() {
+        assert_eq!(line["key"], format!("k{i}"), "order kept");
+        assert_eq!(line["value"], value(i));
+    }
+    assert_eq!(s.read_jsonl("rej.jsonl").len(), 0);
+}
+
 /// Runs a local pipeline (in.jsonl → out.jsonl, rejects to rej.jsonl) to its end.
 fn run_local(s: &Scratch, stages: &str) -> Value {
     s.write(
@@ -93,14 +116,8 @@ fn shadow_of_a_version_that_rejects_more_is_rolled_back_and_none_of_its_answers_
     let s = scratch!();
     // One message in five says `reject`: the candidate (misbehave) rejects it, the live
     // version (passthrough) keeps it.
-    let value = |i: usize| {
-        if i.is_multiple_of(5) {
-            "reject".to_owned()
-        } else {
-            ordinary(i)
-        }
-    };
-    input(&s, 1000, value);
+    let value = values("reject", |i| i.is_multiple_of(5));
+    input(&s, 1000, &value);
     let rollout = format!(
         "      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 100000 messages\n      differences: diffs.jsonl\n      max_differences: 5\n"
     );
@@ -112,15 +129,8 @@ fn shadow_of_a_version_that_rejects_more_is_rolled_back_and_none_of_its_answers_
         r["observed"]["differ"]["differ_kind"].as_u64().unwrap() > 0,
         "{r:#}"
     );
-    // Exactly what the live version alone produces: every input, unchanged, in order; no
-    // candidate reject anywhere.
-    let out = s.read_jsonl("out.jsonl");
-    assert_eq!(out.len(), 1000);
-    for (i, line) in out.iter().enumerate() {
-        assert_eq!(line["key"], format!("k{i}"));
-        assert_eq!(line["value"], value(i));
-    }
-    assert_eq!(s.read_jsonl("rej.jsonl").len(), 0);
+    // Exactly what the live version alone produces; no candidate reject anywhere.
+    assert_live_output(&s, 1000, &value);
     assert_eq!(
         rep["stages"][0]["plugin"], r["live"],
         "the live version runs on"
@@ -138,14 +148,8 @@ fn shadow_of_a_version_that_rejects_more_is_rolled_back_and_none_of_its_answers_
 #[test]
 fn a_canary_that_traps_is_rolled_back_at_the_first_trap_and_the_message_gets_the_live_answer() {
     let s = scratch!();
-    let value = |i: usize| {
-        if i == 50 {
-            "trap".to_owned()
-        } else {
-            ordinary(i)
-        }
-    };
-    input(&s, 1000, value);
+    let value = values("trap", |i| i == 50);
+    input(&s, 1000, &value);
     // A local source is one lane (partition 0), which is in every lane share.
     let rollout = format!(
         "      mode: canary\n      by: lane\n      share: 10%\n      candidate: {MISBEHAVE}\n      observe: 100000 messages\n"
@@ -156,12 +160,7 @@ fn a_canary_that_traps_is_rolled_back_at_the_first_trap_and_the_message_gets_the
     assert_eq!(r["reason"], "trap", "{r:#}");
     // Nothing lost, nothing rejected: the trapping message got the live version's answer
     // (passthrough keeps it), in its place.
-    let out = s.read_jsonl("out.jsonl");
-    assert_eq!(out.len(), 1000);
-    for (i, line) in out.iter().enumerate() {
-        assert_eq!(line["value"], value(i), "order kept");
-    }
-    assert_eq!(s.read_jsonl("rej.jsonl").len(), 0);
+    assert_live_output(&s, 1000, &value);
     assert_eq!(rep["stages"][0]["plugin"], r["live"]);
 }
 
