@@ -39,15 +39,22 @@ fn ordinary(i: usize) -> String {
     format!("{{\"n\":{i}}}")
 }
 
-/// Values that are `word` where `at(i)`, else ordinary JSON.
-fn values(word: &'static str, at: impl Fn(usize) -> bool) -> impl Fn(usize) -> String {
-    move |i| {
-        if at(i) {
-            word.to_owned()
-        } else {
-            ordinary(i)
-        }
-    }
+/// Values that are `word` where `at(i)`, else `other(i)` (JSON).
+fn values(
+    word: &'static str,
+    at: impl Fn(usize) -> bool,
+    other: fn(usize) -> String,
+) -> impl Fn(usize) -> String {
+    move |i| if at(i) { word.to_owned() } else { other(i) }
+}
+
+/// The rollout ended this way for this reason.
+fn assert_decided(r: &Value, outcome: &str, reason: &str) {
+    assert_eq!(
+        (&r["outcome"], &r["reason"]),
+        (&json!(outcome), &json!(reason)),
+        "{r:#}"
+    );
 }
 
 /// The sink holds every input, unchanged and in order, and nothing was rejected: what the
@@ -116,7 +123,7 @@ fn shadow_of_a_version_that_rejects_more_is_rolled_back_and_none_of_its_answers_
     let s = scratch!();
     // One message in five says `reject`: the candidate (misbehave) rejects it, the live
     // version (passthrough) keeps it.
-    let value = values("reject", |i| i.is_multiple_of(5));
+    let value = values("reject", |i| i.is_multiple_of(5), ordinary);
     input(&s, 1000, &value);
     let rollout = format!(
         "      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 100000 messages\n      differences: diffs.jsonl\n      max_differences: 5\n"
@@ -148,7 +155,7 @@ fn shadow_of_a_version_that_rejects_more_is_rolled_back_and_none_of_its_answers_
 #[test]
 fn a_canary_that_traps_is_rolled_back_at_the_first_trap_and_the_message_gets_the_live_answer() {
     let s = scratch!();
-    let value = values("trap", |i| i == 50);
+    let value = values("trap", |i| i == 50, ordinary);
     input(&s, 1000, &value);
     // A local source is one lane (partition 0), which is in every lane share.
     let rollout = format!(
@@ -275,11 +282,7 @@ fn on_kafka_a_shadow_that_meets_no_rollback_condition_is_promoted_and_answers_th
     // answers, and from then on its tagged answers are delivered, each input once, in order.
     let (rep, out, dlq) = run_kafka(&stage(PASSTHROUGH, &shadow), "g-promote", kafka_value);
     let r = only_rollout(&rep);
-    assert_eq!(
-        (&r["outcome"], &r["reason"]),
-        (&json!("promoted"), &json!("observed")),
-        "{r:#}"
-    );
+    assert_decided(r, "promoted", "observed");
     assert!(dlq.is_empty());
     let tagged = exactly_once_in_order(&out, 2000);
     assert!(
@@ -297,40 +300,20 @@ fn on_kafka_a_shadow_that_rejects_more_is_rolled_back_and_a_canary_that_traps_lo
     let shadow = format!(
         "      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 1000000 messages\n"
     );
-    let value = |i: usize| {
-        if i.is_multiple_of(5) {
-            "reject".to_owned()
-        } else {
-            kafka_value(i)
-        }
-    };
+    let value = values("reject", |i| i.is_multiple_of(5), kafka_value);
     let (rep, out, dlq) = run_kafka(&stage(PASSTHROUGH, &shadow), "g-shadow", value);
     let r = only_rollout(&rep);
-    assert_eq!(
-        (&r["outcome"], &r["reason"]),
-        (&json!("rolled_back"), &json!("reject_rate")),
-        "{r:#}"
-    );
+    assert_decided(r, "rolled_back", "reject_rate");
     assert!(dlq.is_empty(), "no candidate answer is delivered: {dlq:?}");
     assert_eq!(out.len(), 2000, "the live version kept everything");
 
     let canary = format!(
         "      mode: canary\n      by: lane\n      share: 100%\n      candidate: {MISBEHAVE}\n      observe: 1000000 messages\n"
     );
-    let value = |i: usize| {
-        if i == 401 {
-            "trap".to_owned()
-        } else {
-            kafka_value(i)
-        }
-    };
+    let value = values("trap", |i| i == 401, kafka_value);
     let (rep, out, dlq) = run_kafka(&stage(PASSTHROUGH, &canary), "g-trap", value);
     let r = only_rollout(&rep);
-    assert_eq!(
-        (&r["outcome"], &r["reason"]),
-        (&json!("rolled_back"), &json!("trap")),
-        "{r:#}"
-    );
+    assert_decided(r, "rolled_back", "trap");
     assert!(dlq.is_empty(), "{dlq:?}");
     assert_eq!(out.len(), 2000);
     assert_eq!(
