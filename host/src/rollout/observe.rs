@@ -187,7 +187,8 @@ pub fn judge(o: &Observation, policy: &RolloutConfig, elapsed: Duration) -> Opti
             }
         }
     }
-    over.then(|| Judgement {
+    // A candidate that answered nothing has shown nothing: it is not promoted on time alone.
+    (over && o.messages > 0).then(|| Judgement {
         decision: Decision::Promote,
         reason: "observed",
         detail: format!(
@@ -226,6 +227,20 @@ mod tests {
         o.messages = 1000;
         let v = judge(&o, &p, Duration::ZERO).unwrap();
         assert_eq!((v.decision, v.reason), (Decision::Promote, "observed"));
+        let timed = RolloutConfig {
+            observe: Observe::Time(Duration::from_secs(60)),
+            ..p.clone()
+        };
+        let idle = Observation::default();
+        assert_eq!(
+            judge(&idle, &timed, Duration::from_secs(61)),
+            None,
+            "nothing answered yet"
+        );
+        assert_eq!(
+            judge(&o, &timed, Duration::from_secs(61)).unwrap().decision,
+            Decision::Promote
+        );
     }
 
     #[test]
