@@ -271,12 +271,7 @@ fn rollout(
             RolloutError::InProgress { .. } => refuse(409, e.to_string()),
             _ => refuse(422, e.to_string()),
         })?;
-    Ok(slot
-        .records()
-        .into_iter()
-        .last()
-        .filter(|rec| rec.candidate == r.candidate.hash)
-        .expect("the rollout just started"))
+    Ok(r.in_progress(stage))
 }
 
 /// One reload attempt; returns `published`, `rollout`, `refused` or `unchanged`.

@@ -58,6 +58,21 @@ fn rejects(v: &[Verdict]) -> u64 {
     v.iter().filter(|v| matches!(v, Verdict::Reject(_))).count() as u64
 }
 
+/// The candidate's rejects and fails among `answers`, leaving out those a trap decided (at
+/// `trapped`): a trap is counted as a trap, not as the stage's own answer.
+fn own_rejects_and_fails(answers: &[Verdict], trapped: &[usize]) -> (u64, u64) {
+    let own = |i: &usize| !trapped.contains(i);
+    let count = |f: fn(&Verdict) -> bool| {
+        (0..answers.len())
+            .filter(|i| own(i) && f(&answers[*i]))
+            .count() as u64
+    };
+    (
+        count(|v| matches!(v, Verdict::Reject(_))),
+        count(|v| matches!(v, Verdict::Fail(_))),
+    )
+}
+
 /// Shadow: the live version answers `batch` into `out`; then the candidate answers the same
 /// messages into a buffer of its own, which is compared and dropped. Returns false when the
 /// candidate can no longer run on this driver.
@@ -79,13 +94,11 @@ pub fn shadow(
         give_up(slot, &cand.rollout, &e);
         return Ok(false);
     }
+    let (rejected, failed) = own_rejects_and_fails(&theirs, cand.instance.trapped_at());
     let mut o = Observation {
         messages: theirs.len() as u64,
-        rejected: rejects(&theirs),
-        failed: theirs
-            .iter()
-            .filter(|v| matches!(v, Verdict::Fail(_)))
-            .count() as u64,
+        rejected,
+        failed,
         traps: incidents(&cand.instance.stats) - before,
         live_messages: out.len() as u64,
         live_rejected: rejects(out),
@@ -167,14 +180,11 @@ pub fn canary(
         Vec::new()
     };
     let by_stage = |i: &usize| !trapped.contains(i);
-    let mut o = Observation {
+    let (rejected, failed) = own_rejects_and_fails(&cand_answers, &trapped);
+    let o = Observation {
         messages: cand_answers.len() as u64,
-        rejected: (0..cand_answers.len())
-            .filter(|i| by_stage(i) && matches!(cand_answers[*i], Verdict::Reject(_)))
-            .count() as u64,
-        failed: (0..cand_answers.len())
-            .filter(|i| by_stage(i) && matches!(cand_answers[*i], Verdict::Fail(_)))
-            .count() as u64,
+        rejected,
+        failed,
         traps: incidents(&cand.instance.stats) - before,
         live_messages: live_answers.len() as u64,
         live_rejected: rejects(&live_answers),
@@ -202,7 +212,6 @@ pub fn canary(
         }
     }
     if o.messages > 0 || o.live_messages > 0 {
-        o.compared = 0;
         slot.observe(&cand.rollout, &o, Vec::new());
     }
     // Merge back in input order, up to the first answer that is missing (after a fail).

@@ -86,6 +86,11 @@ impl Rollout {
         self.tracking().seen.clone()
     }
 
+    /// The rollout as it stands, while in progress.
+    pub fn in_progress(&self, stage: &str) -> RolloutRecord {
+        self.record(stage, "in_progress", None)
+    }
+
     fn record(&self, stage: &str, outcome: &str, j: Option<&Judgement>) -> RolloutRecord {
         let t = self.tracking();
         RolloutRecord {
@@ -487,7 +492,7 @@ impl StageSlot {
         let s = self.state();
         let mut out = s.finished.clone();
         if let Some(r) = &s.rollout {
-            out.push(r.record(&self.spec.name, "in_progress", None));
+            out.push(r.in_progress(&self.spec.name));
         }
         out
     }
@@ -507,7 +512,7 @@ impl StageSlot {
             "plugin": self.path,
             "live": live.hash,
             "policy": self.policy.mode.name(),
-            "rollout": rollout.map(|r| r.record(&self.spec.name, "in_progress", None)),
+            "rollout": rollout.map(|r| r.in_progress(&self.spec.name)),
             "last_rollout": last,
         })
     }
