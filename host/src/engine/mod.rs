@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ProfilingStrategy,
+};
 
 pub use cache::{content_hash, default_dir as default_cache_dir, CacheOutcome};
 pub use instance::{InstanceError, SandboxStats, StageInstance, StageSpec, Verdict};
@@ -21,6 +23,20 @@ pub use state::{MemoryLimitExceeded, StageState};
 
 /// How often the epoch advances; deadlines are whole ticks of this.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The environment variable that turns on a profiler for stage code: `perfmap` (writes
+/// `/tmp/perf-PID.map`, so `perf report` names the guest's functions) or `jitdump` (for
+/// `perf inject --jit`). Unset or anything else: no profiler.
+pub const PROFILER_ENV: &str = "WEIR_WASM_PROFILER";
+
+/// The profiler named by [`PROFILER_ENV`].
+fn profiler_from_env() -> ProfilingStrategy {
+    match std::env::var(PROFILER_ENV).as_deref() {
+        Ok("perfmap") => ProfilingStrategy::PerfMap,
+        Ok("jitdump") => ProfilingStrategy::JitDump,
+        _ => ProfilingStrategy::None,
+    }
+}
 
 /// The engine shared by every stage of a process.
 #[derive(Clone)]
@@ -59,6 +75,7 @@ impl WeirEngine {
         let mut cfg = Config::new();
         cfg.wasm_component_model(true)
             .epoch_interruption(true)
+            .profiler(profiler_from_env())
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&cfg).map_err(|e| EngineError(e.to_string()))?;
         let mut linker = Linker::<StageState>::new(&engine);

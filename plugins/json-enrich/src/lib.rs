@@ -1,5 +1,8 @@
 //! Adds fields to JSON objects: every config key `set.NAME` sets field `NAME` to the string
 //! value; `upper` names a string field to upper-case. Rejects values that are not JSON objects.
+//! The object is read in place and written back in its own field order (`weir_sdk::json`), new
+//! fields last.
+use weir_sdk::json::Object;
 use weir_sdk::{Config, Message, OutMessage, Outcome};
 
 /// The parsed config.
@@ -30,22 +33,24 @@ pub fn json_enrich(msg: &Message<'_>, e: &Enrich) -> Outcome {
     let Some(value) = msg.value() else {
         return Outcome::reject("no value");
     };
-    let mut doc: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(value) {
-        Ok(serde_json::Value::Object(m)) => m,
-        Ok(_) => return Outcome::reject("value is not a JSON object"),
-        Err(err) => return Outcome::reject(format!("malformed JSON: {err}")),
+    let mut doc = match Object::parse(value) {
+        Ok(doc) => doc,
+        Err(err) => return Outcome::reject(err.to_string()),
     };
     for (k, v) in &e.set {
-        doc.insert(k.clone(), serde_json::Value::String(v.clone()));
+        doc.set_str(k, v);
     }
     if let Some(field) = &e.upper {
-        if let Some(serde_json::Value::String(s)) = doc.get_mut(field) {
-            *s = s.to_uppercase();
+        if let Some(upper) = doc
+            .get(field)
+            .and_then(|v| v.as_str())
+            .map(|s| s.to_uppercase())
+        {
+            doc.set_str(field, &upper);
         }
     }
-    let bytes = serde_json::to_vec(&doc).expect("a JSON map always serializes");
     let mut out: OutMessage = msg.to_owned();
-    out.value = Some(bytes);
+    out.value = Some(doc.to_vec());
     Outcome::map(out)
 }
 

@@ -3,25 +3,23 @@
 //!
 //! Config: `field` (required; a top-level name or a JSON pointer such as `/user/country`),
 //! `equals` (optional; compared with the field's string value, or its JSON text otherwise).
+//!
+//! The value is read in place (`weir_sdk::json`): one checking scan, no tree of maps.
+use weir_sdk::json::{Object, Pointer};
 use weir_sdk::{Config, Message, Outcome};
 
 /// The parsed config.
 #[derive(Debug)]
 pub struct Filter {
-    pointer: String,
+    pointer: Pointer,
     equals: Option<String>,
 }
 
 /// Reads the config.
 pub fn setup(config: &Config) -> Result<Filter, String> {
     let field = config.require("field")?;
-    let pointer = if field.starts_with('/') {
-        field.to_owned()
-    } else {
-        format!("/{field}")
-    };
     Ok(Filter {
-        pointer,
+        pointer: Pointer::parse(field),
         equals: config.get("equals").map(str::to_owned),
     })
 }
@@ -32,16 +30,18 @@ pub fn json_filter(msg: &Message<'_>, f: &Filter) -> Outcome {
     let Some(value) = msg.value() else {
         return Outcome::reject("no value");
     };
-    let doc: serde_json::Value = match serde_json::from_slice(value) {
-        Ok(v @ serde_json::Value::Object(_)) => v,
-        Ok(_) => return Outcome::reject("value is not a JSON object"),
-        Err(e) => return Outcome::reject(format!("malformed JSON: {e}")),
+    let doc = match Object::parse(value) {
+        Ok(doc) => doc,
+        Err(e) => return Outcome::reject(e.to_string()),
     };
     let keep = match (doc.pointer(&f.pointer), &f.equals) {
         (None, _) => false,
         (Some(_), None) => true,
-        (Some(serde_json::Value::String(s)), Some(want)) => s == want,
-        (Some(other), Some(want)) => serde_json::to_string(other).is_ok_and(|text| text == *want),
+        (Some(v), Some(want)) => match v.as_str() {
+            Some(s) => s == want.as_str(),
+            // Not a string: compared as compact JSON text, e.g. `12`, `true`, `{"a":1}`.
+            None => serde_json::to_string(&v.to_value()).is_ok_and(|text| text == *want),
+        },
     };
     Outcome::from(keep)
 }

@@ -67,8 +67,9 @@ impl<'a> Cursor<'a> {
             let lens = self.array::<8>()?;
             let k = u32_at(lens, 0);
             let v = u32_at(lens, 4);
-            let len = k as usize + if v == ABSENT { 0 } else { v as usize };
-            self.take(len)?;
+            // Two takes, not one of the sum: on wasm32 the sum of two u32 could wrap.
+            self.take(k as usize)?;
+            self.opt(v)?;
         }
         Ok(&start[..start.len() - self.data.len()])
     }

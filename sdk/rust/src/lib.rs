@@ -47,6 +47,8 @@
 #![deny(missing_docs)]
 
 mod config;
+#[cfg(feature = "json")]
+pub mod json;
 mod message;
 mod outcome;
 pub mod testing;
@@ -54,6 +56,16 @@ pub mod testing;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod __private;
+
+/// The stage's heap: talc, much faster than wasi-libc's dlmalloc on allocation-heavy stages.
+/// Single-threaded wasm only (no `atomics`), which is what `wasm32-wasip2` is.
+#[cfg(all(
+    feature = "fast-alloc",
+    target_arch = "wasm32",
+    not(target_feature = "atomics")
+))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 pub use config::Config;
 pub use message::{Message, OutMessage};
