@@ -17,6 +17,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("WRONG_WORLD", "wrong-world", "wrong-world.wasm"),
     ("ORDERS_RUST", "orders-rust", "orders_rust.wasm"),
     ("DLQ_REPLAY", "dlq-replay", "dlq_replay.wasm"),
+    ("FORGE", "forge", "forge.wasm"),
 ];
 
 fn main() {

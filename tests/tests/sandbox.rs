@@ -191,3 +191,121 @@ fn the_sandbox_grants_no_files_environment_or_network() {
     assert_eq!(r[1], "probe: 0 environment variables");
     assert!(r[2].starts_with("probe: network denied"), "{}", r[2]);
 }
+
+/// Runs the `forge` stage (packed answers spoiled by seeded mutations, or random bytes) in
+/// process over `batches` batches of 1–16 messages; returns the verdicts per batch and the
+/// instance's sandbox counters.
+fn forged(
+    mode: &str,
+    batches: usize,
+) -> (
+    Vec<Vec<weir::engine::Verdict>>,
+    Vec<Vec<usize>>,
+    weir::engine::SandboxStats,
+) {
+    use std::sync::Arc;
+    use weir::config::{ContractChoice, TrapPolicy};
+    use weir::engine::{StageInstance, StageSpec, WeirEngine};
+    use weir::message::{Envelope, Lane, Message};
+
+    let engine = WeirEngine::new(64 << 20, None).unwrap();
+    let plugin = Arc::new(
+        engine
+            .load_plugin("forge", std::path::Path::new(plugins::FORGE))
+            .unwrap(),
+    );
+    let spec = Arc::new(StageSpec {
+        name: "forge".into(),
+        config: vec![("mode".into(), mode.into()), ("seed".into(), "7".into())],
+        memory: 64 << 20,
+        timeout: std::time::Duration::from_secs(5),
+        max_output: 4 << 20,
+        on_trap: TrapPolicy::Reject,
+        contract: ContractChoice::Batch,
+        grants: Default::default(),
+    });
+    let mut inst = StageInstance::new(&engine, spec, plugin).unwrap();
+    assert!(inst.uses_batch());
+    let lane = Lane {
+        topic: "t".into(),
+        partition: 0,
+    };
+    let (mut answers, mut traps) = (Vec::new(), Vec::new());
+    let mut offset = 0i64;
+    for b in 0..batches {
+        let n = 1 + b % 16;
+        let batch: Vec<Envelope> = (0..n)
+            .map(|i| Envelope {
+                offset: offset + i as i64,
+                msg: Message {
+                    key: Some(format!("k{}", offset + i as i64).into_bytes()),
+                    value: Some(b"v".to_vec()),
+                    headers: vec![],
+                    timestamp: Some(1),
+                    topic: None,
+                },
+            })
+            .collect();
+        offset += n as i64;
+        let mut out = Vec::new();
+        inst.process(&lane, &batch, &mut out)
+            .expect("a forged answer never stops the instance");
+        answers.push(out);
+        traps.push(inst.trapped_at().to_vec());
+    }
+    (answers, traps, inst.stats.clone())
+}
+
+#[test]
+fn forged_packed_answers_are_traps_and_every_message_is_answered_once() {
+    use weir::engine::Verdict;
+    // The control: the same answers unspoiled are read as written.
+    let (answers, traps, stats) = forged("valid", 64);
+    assert_eq!(stats.malformed, 0);
+    assert!(traps.iter().all(Vec::is_empty));
+    for out in &answers {
+        for v in out {
+            assert!(
+                matches!(v, Verdict::Keep | Verdict::Next(_) | Verdict::Reject(_)),
+                "{v:?}"
+            );
+        }
+    }
+    for mode in ["mutate", "random"] {
+        let (answers, traps, stats) = forged(mode, 400);
+        let mut trapped = 0;
+        for (b, (out, at)) in answers.iter().zip(&traps).enumerate() {
+            let n = 1 + b % 16;
+            // One verdict per message (no fail can come from a trap under on_trap: reject, and
+            // a forged fail is only accepted as the last answer of a whole-batch call).
+            let fail = out.iter().position(|v| matches!(v, Verdict::Fail(_)));
+            assert_eq!(
+                out.len(),
+                fail.map_or(n, |i| i + 1),
+                "{mode} batch {b}: {out:?}"
+            );
+            for &i in at {
+                let Verdict::Reject(reason) = &out[i] else {
+                    panic!("{mode}: a trap answered {:?}", out[i])
+                };
+                assert!(
+                    reason.contains("malformed packed batch") || reason.contains("trap"),
+                    "{mode}: {reason}"
+                );
+                trapped += 1;
+            }
+        }
+        eprintln!("{mode}: {trapped} messages trapped, {stats:?}");
+        assert!(
+            stats.malformed >= 100,
+            "{mode}: only {} malformed answers were seen: {stats:?}",
+            stats.malformed
+        );
+        assert!(trapped >= 100, "{mode}: {trapped} messages trapped");
+        assert_eq!(
+            stats.restarts,
+            stats.malformed + stats.traps,
+            "{mode}: {stats:?}"
+        );
+    }
+}
