@@ -281,6 +281,51 @@ fn the_committed_json_schema_is_current() {
 }
 
 #[test]
+fn weir_compile_fills_the_cache_before_the_first_start() {
+    let s = scratch!();
+    s.write("in.jsonl", "");
+    let stages = stage("f", plugins::JSON_FILTER, &[("field", "x")])
+        + &stage("e", plugins::JSON_ENRICH, &[("set.a", "b")])
+        + "    limits:\n      memory: 96MiB\n";
+    s.write("p.yaml", &pipeline_yaml(&stages, ""));
+    // A bare component first (the image-build case), then the pipeline: the filter is found,
+    // the enrich stage compiled.
+    let bare = s.run(&["compile", plugins::JSON_FILTER]);
+    assert!(bare.status.success(), "{}", stderr(&bare));
+    let out = String::from_utf8_lossy(&bare.stdout);
+    assert!(out.contains("compiled in"), "{out}");
+    let pipeline = s.run(&["compile", "p.yaml"]);
+    assert!(pipeline.status.success(), "{}", stderr(&pipeline));
+    let out = String::from_utf8_lossy(&pipeline.stdout).into_owned();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with("f ") && lines[0].contains("already cached"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("e ") && lines[1].contains("compiled in"),
+        "{out}"
+    );
+    assert!(stderr(&pipeline).contains("2 component(s) in the compiled cache"));
+    // The start that follows compiles nothing.
+    let check = s.run(&["check", "p.yaml"]);
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(out.matches("cache=Hit").count(), 2, "{out}");
+    assert!(!out.contains("cache=Miss"), "{out}");
+    // A stage whose plugin is missing: exit 2, naming the stage; a missing file likewise.
+    s.write(
+        "bad.yaml",
+        &pipeline_yaml(&stage("lost", "nowhere.wasm", &[]), ""),
+    );
+    let bad = s.run(&["compile", "bad.yaml"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("stage `lost`"), "{}", stderr(&bad));
+    let none = s.run(&["compile", "missing.yaml"]);
+    assert_eq!(none.status.code(), Some(2), "{}", stderr(&none));
+}
+
+#[test]
 fn compiled_components_are_cached_and_a_broken_entry_is_recompiled() {
     let s = scratch!();
     s.write("in.jsonl", "");

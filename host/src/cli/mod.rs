@@ -6,6 +6,7 @@
 mod admin;
 mod broker;
 mod check;
+mod compile;
 pub mod component;
 mod http;
 mod inspect;
@@ -49,6 +50,9 @@ enum Command {
     },
     /// Run one stage over local messages and print each outcome as a JSON line.
     Test(test::TestArgs),
+    /// Compile plugins into the compiled-code cache ahead of time (an image build, a deploy
+    /// step), so no start pays for it.
+    Compile(compile::CompileArgs),
     /// Show which contract a plugin implements and what it imports.
     Inspect {
         /// The plugin component (`.wasm`).
@@ -105,6 +109,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Check { pipeline } => check::check(&pipeline),
         Command::Test(args) => test::test(&args),
+        Command::Compile(args) => compile::compile(&args),
         Command::Inspect { plugin } => inspect::inspect(&plugin),
         Command::New(args) => new::new(&args),
         Command::Broker(args) => broker::broker(&args),
