@@ -32,7 +32,11 @@ impl ClientContext for Acks {}
 impl ProducerContext for Acks {
     type DeliveryOpaque = Box<(i32, i64)>;
     fn delivery(&self, result: &DeliveryResult<'_>, input: Box<(i32, i64)>) {
-        assert!(result.is_ok(), "delivery failed: {:?}", result.as_ref().err());
+        assert!(
+            result.is_ok(),
+            "delivery failed: {:?}",
+            result.as_ref().err()
+        );
         let _ = self.0.lock().unwrap().send(*input);
     }
 }
@@ -65,7 +69,11 @@ fn commit(consumer: &BaseConsumer, pending: &HashMap<i32, Pending>, mode: Commit
 fn settle(acks: &Receiver<(i32, i64)>, pending: &mut HashMap<i32, Pending>) -> usize {
     let mut n = 0;
     for (p, o) in acks.try_iter() {
-        pending.get_mut(&p).expect("read before acked").open.remove(&o);
+        pending
+            .get_mut(&p)
+            .expect("read before acked")
+            .open
+            .remove(&o);
         n += 1;
     }
     n

@@ -358,6 +358,12 @@ impl<'a> ResultReader<'a> {
         self.verdicts.len()
     }
 
+    /// True when every answer is `keep` (one scan of the verdict bytes, no per-answer
+    /// decoding): the common case of a filter that lets a whole batch through.
+    pub fn all_keep(&self) -> bool {
+        self.verdicts.iter().all(|&v| v == KEEP)
+    }
+
     /// True when nothing was answered (only for an empty batch).
     pub fn is_empty(&self) -> bool {
         self.verdicts.is_empty()

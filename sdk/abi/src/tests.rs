@@ -111,3 +111,17 @@ fn hostile_results_are_refused() {
     long.push(0);
     assert!(ResultReader::new(&long, 4).is_err(), "trailing bytes");
 }
+
+#[test]
+fn all_keep_is_seen_without_decoding() {
+    let mut w = ResultWriter::new(3);
+    (0..3).for_each(|_| w.keep());
+    let buf = w.finish();
+    assert!(ResultReader::new(&buf, 3).unwrap().all_keep());
+    assert!(!ResultReader::new(&result(), 4).unwrap().all_keep());
+    let mut w = ResultWriter::new(2);
+    w.keep();
+    w.fail("x");
+    let buf = w.finish();
+    assert!(!ResultReader::new(&buf, 2).unwrap().all_keep());
+}
