@@ -4,7 +4,9 @@
 //!
 //! * `native`: the Rust stage function compiled natively and called directly (the baseline),
 //! * `rust_batch` / `c_batch`: the Rust and C SDK components on the packed path,
-//! * `c_typed`, `python_typed`, `js_typed`: the typed per-message path.
+//! * `c_typed`, `python_typed`, `js_typed`: the typed per-message path;
+//! * `floor/*`: a Python and a JavaScript stage that only read the value and keep it (the
+//!   boundary and interpreter entry without the JSON work).
 //!
 //! The C, Python and JavaScript components are built by `scripts/build-plugins` (run first with
 //! `cargo build --release -p weir`; the bench builds them when missing).
@@ -81,6 +83,25 @@ fn orders(c: &mut Criterion) {
                         .collect();
                     panic!("{name}: {kept} of {} paid orders kept; {odd:?}", N / 2);
                 }
+            })
+        });
+    }
+    g.finish();
+
+    // The floor of an interpreted stage: a stage that reads the value as text and keeps the
+    // message (`plugins/probe-*`), so boundary + interpreter entry + glue, without the JSON
+    // work of `orders`.
+    let mut g = c.benchmark_group("floor");
+    g.throughput(Throughput::Elements(N as u64));
+    for (name, plugin) in [("python_typed", "probe-python"), ("js_typed", "probe-js")] {
+        let path = languages::plugin(&weir, plugin);
+        let mut inst = instance(&engine, &path, ContractChoice::Typed, &[]);
+        let mut out = Vec::with_capacity(N);
+        g.bench_function(BenchmarkId::new(name, N), |b| {
+            b.iter(|| {
+                out.clear();
+                inst.process(&lane, &batch, &mut out).unwrap();
+                assert!(out.iter().all(|v| matches!(v, Verdict::Keep)), "{name}: {out:?}");
             })
         });
     }
