@@ -5,6 +5,8 @@
 //! * `native`: the Rust stage function compiled natively and called directly (the baseline),
 //! * `rust_batch` / `c_batch`: the Rust and C SDK components on the packed path,
 //! * `c_typed`, `python_typed`, `js_typed`: the typed per-message path;
+//! * `python_batch`, `js_batch`: the same Python and JavaScript components on the packed path
+//!   (their SDKs export both);
 //! * `floor/*`: a Python and a JavaScript stage that only read the value and keep it (the
 //!   boundary and interpreter entry without the JSON work).
 //!
@@ -63,7 +65,9 @@ fn orders(c: &mut Criterion) {
         ("c_batch", "orders-c", ContractChoice::Batch),
         ("c_typed", "orders-c", ContractChoice::Typed),
         ("python_typed", "orders-python", ContractChoice::Typed),
+        ("python_batch", "orders-python", ContractChoice::Batch),
         ("js_typed", "orders-js", ContractChoice::Typed),
+        ("js_batch", "orders-js", ContractChoice::Batch),
     ] {
         let path = languages::plugin(&weir, plugin);
         let mut inst = instance(&engine, &path, contract, &CONFIG);
@@ -93,15 +97,23 @@ fn orders(c: &mut Criterion) {
     // work of `orders`.
     let mut g = c.benchmark_group("floor");
     g.throughput(Throughput::Elements(N as u64));
-    for (name, plugin) in [("python_typed", "probe-python"), ("js_typed", "probe-js")] {
+    for (name, plugin, contract) in [
+        ("python_typed", "probe-python", ContractChoice::Typed),
+        ("python_batch", "probe-python", ContractChoice::Batch),
+        ("js_typed", "probe-js", ContractChoice::Typed),
+        ("js_batch", "probe-js", ContractChoice::Batch),
+    ] {
         let path = languages::plugin(&weir, plugin);
-        let mut inst = instance(&engine, &path, ContractChoice::Typed, &[]);
+        let mut inst = instance(&engine, &path, contract, &[]);
         let mut out = Vec::with_capacity(N);
         g.bench_function(BenchmarkId::new(name, N), |b| {
             b.iter(|| {
                 out.clear();
                 inst.process(&lane, &batch, &mut out).unwrap();
-                assert!(out.iter().all(|v| matches!(v, Verdict::Keep)), "{name}: {out:?}");
+                assert!(
+                    out.iter().all(|v| matches!(v, Verdict::Keep)),
+                    "{name}: {out:?}"
+                );
             })
         });
     }

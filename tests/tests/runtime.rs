@@ -54,6 +54,8 @@ struct Shared {
     stall: AtomicBool,
     /// The sink's acknowledgements report failure.
     fail_acks: AtomicBool,
+    /// The sink panics on its next write (a bug in a driver's thread).
+    panic: AtomicBool,
 }
 
 impl Shared {
@@ -62,6 +64,7 @@ impl Shared {
             world: Mutex::new(World::default()),
             stall: AtomicBool::new(false),
             fail_acks: AtomicBool::new(false),
+            panic: AtomicBool::new(false),
         })
     }
 
@@ -126,6 +129,8 @@ enum Step {
     Stall(bool),
     /// The sink's acknowledgements fail from now on.
     FailAcks,
+    /// The sink's next write panics (in the driver thread that calls it).
+    PanicInSink,
     /// Waits (polling on) until the condition holds, at most 10 s.
     Until(fn(&World) -> bool),
     /// Lets this many polls pass (messages are read meanwhile).
@@ -220,6 +225,7 @@ impl FakeSource {
                     }
                 }
                 Step::FailAcks => self.shared.fail_acks.store(true, Ordering::SeqCst),
+                Step::PanicInSink => self.shared.panic.store(true, Ordering::SeqCst),
                 Step::Until(cond) => {
                     let since = *self.waiting_since.get_or_insert_with(Instant::now);
                     if !cond(&self.shared.world()) {
@@ -359,6 +365,9 @@ struct FakeSink {
 
 impl Sink for FakeSink {
     fn write(&self, _lane: &Lane, records: Vec<Record<'_>>) -> Result<(), SinkError> {
+        if self.shared.panic.swap(false, Ordering::SeqCst) {
+            panic!("the fake sink panicked");
+        }
         for r in records {
             let (msg, ticket) = match r {
                 Record::Output { msg, ticket } => (msg, ticket),
@@ -683,6 +692,37 @@ fn a_sink_that_fails_stops_the_run_without_committing_past_the_failure() {
     let e = c.error.as_ref().expect("the run failed").to_string();
     assert!(e.contains("the fake broker refused it"), "{e}");
     assert_eq!(last_commit(&r.world, &p(0)), Some(5));
+}
+
+#[test]
+fn a_driver_that_panics_stops_the_run_with_an_error_instead_of_hanging() {
+    let r = run_script(
+        2,
+        16,
+        options(),
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::Append(p(0), oks(5)),
+            Step::Append(p(1), oks(5)),
+            Step::Until(|w| w.delivered.len() == 10),
+            Step::PanicInSink,
+            Step::Append(p(0), oks(5)),
+            Step::Append(p(1), oks(5)),
+            // Without the panic being reported, the run would wait here for ever.
+            Step::Sleep(Duration::from_secs(30)),
+        ],
+    );
+    assert!(r.took < Duration::from_secs(20), "took {:?}", r.took);
+    let c = &r.outcome.controller;
+    let e = c.error.as_ref().expect("the run failed").to_string();
+    assert!(e.contains("panicked: the fake sink panicked"), "{e}");
+    // The panicked batch is not acknowledged: its partition stays at 5; nothing is lost.
+    let commits = [last_commit(&r.world, &p(0)), last_commit(&r.world, &p(1))];
+    assert!(commits.contains(&Some(5)), "{commits:?}");
+    assert!(
+        commits.iter().all(|c| matches!(c, Some(5..=10))),
+        "{commits:?}"
+    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ mod run;
 mod test;
 mod top;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,7 +137,8 @@ fn note(text: &str) {
     if JSON_LOGS.load(Ordering::Relaxed) {
         tracing::info!("{text}");
     } else {
-        eprintln!("{text}");
+        // Not `eprintln!`: a closed stderr must not turn a finished run into a panic.
+        let _ = writeln!(std::io::stderr(), "{text}");
     }
 }
 
@@ -150,7 +152,7 @@ fn summary(report: &crate::report::RunReport) {
             "exit report"
         );
     } else {
-        eprint!("{}", report.summary());
+        let _ = write!(std::io::stderr(), "{}", report.summary());
     }
 }
 
@@ -161,7 +163,9 @@ fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A closed stderr (`weir run … 2>&1 | head`) drops log lines; it must not panic a thread.
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => {

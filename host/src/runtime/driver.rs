@@ -4,6 +4,7 @@
 //! item the source already rejected (malformed input) ends its batch and goes to the reject
 //! path after the batch's own rejects.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,6 +66,14 @@ pub enum DriverError {
         key: PartitionKey,
         /// Why.
         source: SinkError,
+    },
+    /// The driver thread panicked (a bug): its lanes cannot progress, so the run stops.
+    #[error("driver {driver} panicked: {reason}")]
+    Panicked {
+        /// Which driver.
+        driver: usize,
+        /// The panic's message.
+        reason: String,
     },
 }
 
@@ -131,7 +140,19 @@ pub fn spawn(setup: DriverSetup) -> std::thread::JoinHandle<Vec<StageStats>> {
                 lanes: Vec::new(),
                 last_counts: Vec::new(),
             };
-            d.run();
+            // A panic must not leave the controller waiting on lanes nobody serves: it is
+            // reported as an error, which stops the run without committing past unfinished work.
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| d.run())) {
+                let reason = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-text panic".to_owned());
+                let _ = events.send(DriverEvent::Error(DriverError::Panicked {
+                    driver: index,
+                    reason,
+                }));
+            }
             let stats = d.s.chain.stats();
             let _ = events.send(DriverEvent::Exited(index));
             stats
