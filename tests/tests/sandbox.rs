@@ -82,8 +82,43 @@ fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
     );
     assert!(s.reject_reasons().is_empty(), "{:?}", s.reject_reasons());
     let sb = &s.report()["stages"][0]["sandbox"];
-    assert!(sb["memory_exceeded"].as_u64().unwrap() >= 3, "{sb}");
-    assert!(sb["restarts"].as_u64().unwrap() >= 3, "{sb}");
+    // Counted as recycled instances, not as traps: no message was at fault.
+    assert!(sb["recycled"].as_u64().unwrap() >= 3, "{sb}");
+    assert_eq!(sb["restarts"], sb["recycled"], "{sb}");
+    assert_eq!(
+        (sb["traps"].as_u64(), sb["memory_exceeded"].as_u64()),
+        (Some(0), Some(0)),
+        "{sb}"
+    );
+    assert!(stderr(&o).contains("instance recycled"), "{}", stderr(&o));
+}
+
+#[test]
+fn on_the_batch_path_a_heap_grown_over_many_batches_recycles_the_instance_and_retries_the_batch() {
+    // Batches of 4 `leak`s keep 4 MiB each: every few batches the instance reaches its 16 MiB
+    // cap. The batch that crosses it is retried whole on a fresh instance: nothing is lost,
+    // rejected or counted as a trap.
+    let vals = vec!["leak"; 60];
+    let (s, o) = run_misbehave(
+        &vals,
+        "    limits:\n      memory: 16MiB\n",
+        "batch:\n  max_messages: 4\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(s.read_jsonl("out.jsonl").len(), 60);
+    assert!(s.reject_reasons().is_empty(), "{:?}", s.reject_reasons());
+    let sb = &s.report()["stages"][0]["sandbox"];
+    assert!(sb["recycled"].as_u64().unwrap() >= 1, "{sb}");
+    assert_eq!(
+        (sb["traps"].as_u64(), sb["memory_exceeded"].as_u64()),
+        (Some(0), Some(0)),
+        "{sb}"
+    );
+    assert!(
+        !stderr(&o).contains("retrying its messages one by one"),
+        "a recycled batch is retried whole: {}",
+        stderr(&o)
+    );
 }
 
 #[test]

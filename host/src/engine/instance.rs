@@ -76,6 +76,11 @@ pub struct SandboxStats {
     pub malformed: u64,
     /// Times the instance was rebuilt after a trap.
     pub restarts: u64,
+    /// Times an instance that had answered before reached the memory cap and was replaced by a
+    /// fresh one, the call retried there (a garbage-collected runtime's heap, or a slow leak,
+    /// outgrowing the cap: not the message's fault). Not counted in `traps` or
+    /// `memory_exceeded`; a retry that traps the fresh instance is.
+    pub recycled: u64,
 }
 
 impl std::ops::AddAssign<&SandboxStats> for SandboxStats {
@@ -86,6 +91,7 @@ impl std::ops::AddAssign<&SandboxStats> for SandboxStats {
         self.oversized += o.oversized;
         self.malformed += o.malformed;
         self.restarts += o.restarts;
+        self.recycled += o.recycled;
     }
 }
 
@@ -205,7 +211,15 @@ impl StageInstance {
         }
         if self.live.batch.is_some() {
             let start = out.len();
-            match self.call_batch(lane, batch, out) {
+            let recycles = self.stats.recycled;
+            let mut called = self.call_batch(lane, batch, out);
+            if called.is_err() && self.stats.recycled > recycles {
+                // A used instance outgrew its memory: the whole batch again, on a fresh one.
+                out.truncate(start);
+                self.restart()?;
+                called = self.call_batch(lane, batch, out);
+            }
+            match called {
                 Ok(()) => {
                     self.live.calls += 1;
                     return Ok(());
@@ -234,13 +248,13 @@ impl StageInstance {
             let start = out.len();
             let mut fresh = self.live.calls == 0;
             loop {
-                let memory_traps = self.stats.memory_exceeded;
+                let recycles = self.stats.recycled;
                 let Err(reason) = self.call_one(lane, env, out) else {
                     break;
                 };
                 out.truncate(start);
                 self.restart()?;
-                if fresh || self.stats.memory_exceeded == memory_traps {
+                if fresh || self.stats.recycled == recycles {
                     tracing::warn!(
                         stage = &*self.spec.name,
                         plugin = self.plugin.short_hash(),
@@ -259,7 +273,7 @@ impl StageInstance {
                     topic = &*lane.topic,
                     partition = lane.partition,
                     offset = env.offset,
-                    "memory trap on a used instance; retrying the message on a fresh one"
+                    "{reason}: retrying the message on a fresh instance"
                 );
                 fresh = true;
             }
@@ -459,6 +473,16 @@ impl StageInstance {
 
     /// Turns a trap into a reason naming the limit it hit, with the guest's stderr.
     fn describe(&mut self, err: &wasmtime::Error) -> String {
+        let memory = err.downcast_ref::<MemoryLimitExceeded>().is_some();
+        if memory && self.live.calls > 0 {
+            // The caller retries on a fresh instance: only a trap there is the message's.
+            self.stats.recycled += 1;
+            return format!(
+                "memory limit of {} reached by an instance after {} calls; recycled",
+                crate::config::ByteSize(self.spec.memory as u64),
+                self.live.calls
+            );
+        }
         self.stats.traps += 1;
         let what = if matches!(err.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             self.stats.timeouts += 1;
@@ -466,7 +490,7 @@ impl StageInstance {
                 "deadline of {} exceeded",
                 humantime::format_duration(self.spec.timeout)
             )
-        } else if err.downcast_ref::<MemoryLimitExceeded>().is_some() {
+        } else if memory {
             self.stats.memory_exceeded += 1;
             format!(
                 "memory limit of {} exceeded",
