@@ -102,12 +102,13 @@ impl RunReport {
         for st in &self.stages {
             let c = &st.counts;
             s.push_str(&format!(
-                "  stage {:<16} in {:>8}  keep {:>8}  next {:>8} (emitted {})  dropped {:>8}  rejected {:>6}  failed {} (unanswered after it {})  traps {}{}  [{} {} ]\n",
+                "  stage {:<16} in {:>8}  keep {:>8}  next {:>8} (emitted {})  dropped {:>8}  rejected {:>6}  failed {} (unanswered after it {})  traps {}{}  memory peak {}  [{} {} ]\n",
                 st.name, c.input, c.keep, c.next, c.emitted, c.dropped, c.rejected, c.failed, c.unanswered, st.sandbox.traps,
                 match st.sandbox.recycled {
                     0 => String::new(),
                     n => format!(" (instance recycled {n}× at the memory cap)"),
                 },
+                crate::config::ByteSize(st.sandbox.peak_memory),
                 st.contract, &st.plugin[..12.min(st.plugin.len())]
             ));
         }

@@ -16,7 +16,8 @@
 //
 // Build with `sdk/js/weir-build-js stage.js -o stage.wasm` (esbuild bundles this module with
 // the stage, componentize-js makes the component; see docs/languages/js.md). The SDK implements
-// the typed `weir:stage/stage` export of the `stage-typed` world: `init` gets the YAML `config`
+// the typed `weir:stage/stage` export of the `stage-fast` world, and `weir-build-js` adds the
+// packed `weir:stage/batch` export over the same function (`weir.batch`, below): `init` gets the YAML `config`
 // as a plain object; each message is `{ key, value, headers, timestamp, topic }` (key/value are
 // Uint8Array or undefined, headers `[{ key, value }]`, timestamp a BigInt in ms or undefined);
 // the source topic, partition and offset come as a third argument `meta`. An exception thrown by

@@ -91,6 +91,9 @@ fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
         "{sb}"
     );
     assert!(stderr(&o).contains("instance recycled"), "{}", stderr(&o));
+    // The high-water mark of the instances' memory: near the cap, never above it.
+    let peak = sb["peak_memory"].as_u64().unwrap();
+    assert!((12 << 20..=16 << 20).contains(&peak), "{sb}");
 }
 
 #[test]

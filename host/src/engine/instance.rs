@@ -81,6 +81,9 @@ pub struct SandboxStats {
     /// outgrowing the cap: not the message's fault). Not counted in `traps` or
     /// `memory_exceeded`; a retry that traps the fresh instance is.
     pub recycled: u64,
+    /// The largest linear memory an instance of the stage reached, bytes (the cap is
+    /// `limits.memory`): whether a long-running stage's memory stays flat.
+    pub peak_memory: u64,
 }
 
 impl std::ops::AddAssign<&SandboxStats> for SandboxStats {
@@ -92,6 +95,7 @@ impl std::ops::AddAssign<&SandboxStats> for SandboxStats {
         self.malformed += o.malformed;
         self.restarts += o.restarts;
         self.recycled += o.recycled;
+        self.peak_memory = self.peak_memory.max(o.peak_memory);
     }
 }
 
@@ -205,6 +209,18 @@ impl StageInstance {
         batch: &[Envelope],
         out: &mut Vec<Verdict>,
     ) -> Result<(), InstanceError> {
+        let done = self.answer(lane, batch, out);
+        self.note_memory();
+        done
+    }
+
+    /// [`Self::process`] without the bookkeeping.
+    fn answer(
+        &mut self,
+        lane: &Lane,
+        batch: &[Envelope],
+        out: &mut Vec<Verdict>,
+    ) -> Result<(), InstanceError> {
         self.trapped_at.clear();
         if batch.is_empty() {
             return Ok(());
@@ -309,8 +325,15 @@ impl StageInstance {
         }
     }
 
+    /// Folds the live instance's memory high-water mark into the stats.
+    fn note_memory(&mut self) {
+        let peak = self.live.store.data().limits.peak as u64;
+        self.stats.peak_memory = self.stats.peak_memory.max(peak);
+    }
+
     /// Drops the poisoned store and builds a fresh instance of the same plugin.
     fn restart(&mut self) -> Result<(), InstanceError> {
+        self.note_memory();
         self.stats.restarts += 1;
         self.live = instantiate(&self.engine, &self.spec, &self.plugin)?;
         Ok(())

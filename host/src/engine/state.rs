@@ -57,7 +57,10 @@ impl StageState {
         Ok(StageState {
             wasi,
             table: ResourceTable::new(),
-            limits: MemoryCap { cap: memory },
+            limits: MemoryCap {
+                cap: memory,
+                peak: 0,
+            },
             stderr,
             stage,
         })
@@ -124,6 +127,8 @@ pub struct MemoryLimitExceeded {
 /// way that looks like a panic).
 pub struct MemoryCap {
     cap: usize,
+    /// The largest size the linear memory was allowed to grow to, bytes.
+    pub(crate) peak: usize,
 }
 
 /// Tables, memories and instances one stage's store may create.
@@ -142,6 +147,7 @@ impl wasmtime::ResourceLimiter for MemoryCap {
                 desired,
             }));
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 
