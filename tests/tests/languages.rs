@@ -46,10 +46,16 @@ fn canonical(v: &Value) -> Value {
 /// One language's results: every output (key, headers, timestamp, parsed value) and every
 /// reject (key, reason, stage), in order, plus the report's counts.
 fn run_orders(lang: &str) -> (Vec<Value>, Vec<Value>, Value) {
+    run_orders_on(lang, "")
+}
+
+/// The orders stage of `lang` over the shared input; `contract` is extra stage YAML (e.g.
+/// `contract: typed` for the per-message path of a component that exports both).
+fn run_orders_on(lang: &str, contract: &str) -> (Vec<Value>, Vec<Value>, Value) {
     let s = scratch!();
     s.write("in.jsonl", &input());
     let name = format!("orders-{lang}");
-    let st = stage(&name, &plugin(WEIR, &name), &ORDERS_CONFIG);
+    let st = stage(&name, &plugin(WEIR, &name), &ORDERS_CONFIG) + contract;
     s.write("p.yaml", &pipeline_yaml(&st, &shared_cache_yaml()));
     let o = s.run(&["run", "p.yaml"]);
     assert!(o.status.success(), "{lang}: {}", stderr(&o));
@@ -113,14 +119,26 @@ fn the_orders_stage_gives_the_same_results_in_rust_c_python_and_js() {
         (Some(35), Some(8))
     );
 
-    for lang in &LANGS[1..] {
-        let (o, r, c) = run_orders(lang);
-        assert_eq!(o, out, "{lang}: outputs differ from Rust's");
-        assert_eq!(r, rejected, "{lang}: rejects differ from Rust's");
+    // Every SDK exports the packed path, which the host prefers; C, Python and JS once more on
+    // the typed path (`contract: typed`): the same answers either way.
+    let runs = LANGS[1..]
+        .iter()
+        .map(|lang| (*lang, ""))
+        .chain(["c", "python", "js"].map(|lang| (lang, "    contract: typed\n")));
+    for (lang, contract) in runs {
+        let (o, r, c) = run_orders_on(lang, contract);
+        let path = if contract.is_empty() {
+            "batch"
+        } else {
+            "typed"
+        };
+        assert_eq!(c["contract"], path, "{lang}: {c}");
+        assert_eq!(o, out, "{lang} ({path}): outputs differ from Rust's");
+        assert_eq!(r, rejected, "{lang} ({path}): rejects differ from Rust's");
         for k in [
             "input", "next", "emitted", "dropped", "rejected", "failed", "traps",
         ] {
-            assert_eq!(c[k], counts[k], "{lang}: count `{k}` differs: {c}");
+            assert_eq!(c[k], counts[k], "{lang} ({path}): count `{k}` differs: {c}");
         }
     }
 }

@@ -3,12 +3,15 @@
 wasmtime::component::bindgen!({
     world: "stage-fast",
     path: "../wit",
+    // Arguments are lowered from borrowed slices: no per-message clones on the typed path.
+    ownership: Borrowing { duplicate_if_necessary: true },
 });
 
 pub use self::exports::weir::stage::batch::{Guest as BatchGuest, GuestIndices as BatchIndices};
 pub use self::exports::weir::stage::stage::{Guest as StageGuest, GuestIndices as StageIndices};
 pub use self::weir::stage::types::{
-    Header as WitHeader, Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome,
+    HeaderParam as WitHeader, MessageParam as WitMessage, Metadata as WitMetadata,
+    Outcome as WitOutcome,
 };
 
 /// The export a component must have to be a stage.

@@ -430,22 +430,23 @@ impl StageInstance {
         out: &mut Vec<Verdict>,
     ) -> Result<(), String> {
         let m = &env.msg;
+        let headers: Vec<WitHeader<'_>> = m
+            .headers
+            .iter()
+            .map(|h| WitHeader {
+                key: &h.key,
+                value: h.value.as_deref(),
+            })
+            .collect();
         let msg = WitMessage {
-            key: m.key.clone(),
-            value: m.value.clone(),
-            headers: m
-                .headers
-                .iter()
-                .map(|h| WitHeader {
-                    key: h.key.clone(),
-                    value: h.value.clone(),
-                })
-                .collect(),
+            key: m.key.as_deref(),
+            value: m.value.as_deref(),
+            headers: &headers,
             timestamp: m.timestamp,
             topic: None,
         };
         let meta = WitMetadata {
-            topic: lane.topic.to_string(),
+            topic: &lane.topic,
             partition: lane.partition,
             offset: env.offset,
         };
@@ -453,7 +454,7 @@ impl StageInstance {
         let outcome = match self
             .live
             .stage
-            .call_process(&mut self.live.store, &msg, &meta)
+            .call_process(&mut self.live.store, msg, meta)
         {
             Ok(o) => o,
             Err(e) => return Err(self.describe(&e)),
@@ -612,7 +613,12 @@ fn instantiate(
         ),
         _ => None,
     };
-    match guest.call_init(&mut store, &spec.config) {
+    let config: Vec<(&str, &str)> = spec
+        .config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    match guest.call_init(&mut store, &config) {
         Ok(Ok(())) => Ok(Live {
             store,
             stage: guest,
