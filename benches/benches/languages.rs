@@ -6,7 +6,7 @@
 //! * `rust_batch` / `c_batch`: the Rust and C SDK components on the packed path,
 //! * `c_typed`, `python_typed`, `js_typed`: the typed per-message path;
 //! * `python_batch`, `js_batch`: the same Python and JavaScript components on the packed path
-//!   (their SDKs export both);
+//!   (their SDKs export both); `js_aot_batch`: the JS stage built with `weir-build-js --aot`;
 //! * `floor/*`: a Python and a JavaScript stage that only read the value and keep it (the
 //!   boundary and interpreter entry without the JSON work).
 //!
@@ -68,6 +68,7 @@ fn orders(c: &mut Criterion) {
         ("python_batch", "orders-python", ContractChoice::Batch),
         ("js_typed", "orders-js", ContractChoice::Typed),
         ("js_batch", "orders-js", ContractChoice::Batch),
+        ("js_aot_batch", "orders-js-aot", ContractChoice::Batch),
     ] {
         let path = languages::plugin(&weir, plugin);
         let mut inst = instance(&engine, &path, contract, &CONFIG);

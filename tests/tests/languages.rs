@@ -120,11 +120,13 @@ fn the_orders_stage_gives_the_same_results_in_rust_c_python_and_js() {
     );
 
     // Every SDK exports the packed path, which the host prefers; C, Python and JS once more on
-    // the typed path (`contract: typed`): the same answers either way.
+    // the typed path (`contract: typed`), and the JS stage compiled ahead of time
+    // (`weir-build-js --aot`, weval): the same answers every way.
     let runs = LANGS[1..]
         .iter()
         .map(|lang| (*lang, ""))
-        .chain(["c", "python", "js"].map(|lang| (lang, "    contract: typed\n")));
+        .chain(["c", "python", "js"].map(|lang| (lang, "    contract: typed\n")))
+        .chain([("js-aot", "")]);
     for (lang, contract) in runs {
         let (o, r, c) = run_orders_on(lang, contract);
         let path = if contract.is_empty() {
