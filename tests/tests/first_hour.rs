@@ -191,7 +191,13 @@ fn a_python_stage_from_weir_new_builds_tests_and_runs_as_its_readme_says() {
     let o = sh.sh(&project, "weir inspect stage.wasm");
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["exports"], json!(["weir:stage/stage@0.1.0"]), "{v}");
+    // Both contract shapes: the SDK adds the packed path over the same function.
+    assert_eq!(
+        v["exports"],
+        json!(["weir:stage/stage@0.1.0", "weir:stage/batch@0.1.0"]),
+        "{v}"
+    );
+    assert_eq!(v["shape"], "batch", "{v}");
     assert_eq!(v["other_exports"][0]["name"], "exports", "{v}");
     assert!(
         v["other_exports"][0]["why"]
