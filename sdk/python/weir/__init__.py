@@ -173,9 +173,10 @@ class Stage:
                 _registered["state"] = init(dict(config))
             except Exception as e:  # the reason reaches the operator, naming the stage
                 raise Err(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
+        _registered["call"] = _call()
 
     def process(self, msg: Message, meta: Metadata) -> Outcome:
-        return _outcome(_call()(msg, meta))
+        return _outcome(_registered["call"](msg, meta))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,7 +280,7 @@ class Batch:
     are packed in order, stopping after the first ``fail``."""
 
     def process_batch(self, input: bytes) -> bytes:  # noqa: A002 - the contract's name
-        call = _call()
+        call = _registered["call"]
         verdicts = bytearray()
         body = bytearray()
         for msg, meta in _decode(input):
