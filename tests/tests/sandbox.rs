@@ -63,17 +63,16 @@ fn an_infinite_loop_hits_the_deadline() {
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
-#[test]
-fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
-    // Each `leak` keeps 1 MiB, so every dozen messages the instance hits its 16 MiB cap. The
-    // message that happens to cross it is retried once on a fresh instance and delivered. (On
-    // the typed path: on the batch path a failed batch is retried message by message anyway.)
+/// 60 `leak` messages (each keeps 1 MiB) under a 16 MiB cap: every message is delivered,
+/// none rejected, and each time the instance reaches the cap it is counted as recycled, at
+/// least `recycles` times, never as a trap. Returns the run and the report's sandbox section.
+fn leaks_are_recycled(
+    limits: &str,
+    extra: &str,
+    recycles: u64,
+) -> (Scratch, std::process::Output, serde_json::Value) {
     let vals = vec!["leak"; 60];
-    let (s, o) = run_misbehave(
-        &vals,
-        "    contract: typed\n    limits:\n      memory: 16MiB\n",
-        "",
-    );
+    let (s, o) = run_misbehave(&vals, limits, extra);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         s.read_jsonl("out.jsonl").len(),
@@ -81,15 +80,27 @@ fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
         "every message delivered"
     );
     assert!(s.reject_reasons().is_empty(), "{:?}", s.reject_reasons());
-    let sb = &s.report()["stages"][0]["sandbox"];
+    let sb = s.report()["stages"][0]["sandbox"].clone();
     // Counted as recycled instances, not as traps: no message was at fault.
-    assert!(sb["recycled"].as_u64().unwrap() >= 3, "{sb}");
-    assert_eq!(sb["restarts"], sb["recycled"], "{sb}");
+    assert!(sb["recycled"].as_u64().unwrap() >= recycles, "{sb}");
     assert_eq!(
         (sb["traps"].as_u64(), sb["memory_exceeded"].as_u64()),
         (Some(0), Some(0)),
         "{sb}"
     );
+    (s, o, sb)
+}
+
+#[test]
+fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
+    // On the typed path every dozen messages the instance hits its cap; the message that
+    // happens to cross it is retried once on a fresh instance and delivered.
+    let (_s, o, sb) = leaks_are_recycled(
+        "    contract: typed\n    limits:\n      memory: 16MiB\n",
+        "",
+        3,
+    );
+    assert_eq!(sb["restarts"], sb["recycled"], "{sb}");
     assert!(stderr(&o).contains("instance recycled"), "{}", stderr(&o));
     // The high-water mark of the instances' memory: near the cap, never above it.
     let peak = sb["peak_memory"].as_u64().unwrap();
@@ -98,24 +109,12 @@ fn a_heap_grown_over_many_messages_costs_a_fresh_instance_not_a_message() {
 
 #[test]
 fn on_the_batch_path_a_heap_grown_over_many_batches_recycles_the_instance_and_retries_the_batch() {
-    // Batches of 4 `leak`s keep 4 MiB each: every few batches the instance reaches its 16 MiB
-    // cap. The batch that crosses it is retried whole on a fresh instance: nothing is lost,
-    // rejected or counted as a trap.
-    let vals = vec!["leak"; 60];
-    let (s, o) = run_misbehave(
-        &vals,
+    // Batches of 4 `leak`s keep 4 MiB each: every few batches the instance reaches its cap.
+    // The batch that crosses it is retried whole on a fresh instance.
+    let (_s, o, _sb) = leaks_are_recycled(
         "    limits:\n      memory: 16MiB\n",
         "batch:\n  max_messages: 4\n",
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(s.read_jsonl("out.jsonl").len(), 60);
-    assert!(s.reject_reasons().is_empty(), "{:?}", s.reject_reasons());
-    let sb = &s.report()["stages"][0]["sandbox"];
-    assert!(sb["recycled"].as_u64().unwrap() >= 1, "{sb}");
-    assert_eq!(
-        (sb["traps"].as_u64(), sb["memory_exceeded"].as_u64()),
-        (Some(0), Some(0)),
-        "{sb}"
+        1,
     );
     assert!(
         !stderr(&o).contains("retrying its messages one by one"),
