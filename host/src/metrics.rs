@@ -62,6 +62,10 @@ pub struct Metrics {
     pub produced: IntCounterVec,
     /// Completions from an older assignment generation, ignored.
     pub stale_completions: IntCounter,
+    /// Kafka transactions (`delivery: exactly-once`) by result (`committed`, `aborted`).
+    pub transactions: IntCounterVec,
+    /// From a transaction's begin to its commit, in seconds.
+    pub transaction_seconds: prometheus::Histogram,
     /// Set once the pipeline is consuming.
     pub ready: AtomicBool,
 }
@@ -102,6 +106,24 @@ impl Metrics {
                 "weir_stage_timeouts_total",
                 "Stage calls stopped by the deadline.",
                 &["stage"],
+            ),
+            transactions: counter_vec(
+                "weir_transactions_total",
+                "Kafka transactions (exactly-once) by result: committed, aborted.",
+                &["result"],
+            ),
+            transaction_seconds: reg(
+                &r,
+                prometheus::Histogram::with_opts(
+                    HistogramOpts::new(
+                        "weir_transaction_seconds",
+                        "From a transaction's begin to its commit (exactly-once).",
+                    )
+                    .buckets(
+                        prometheus::exponential_buckets(1e-3, 2.0, 14).expect("valid buckets"),
+                    ),
+                )
+                .expect("valid metric"),
             ),
             stage_seconds: reg(
                 &r,

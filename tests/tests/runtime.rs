@@ -20,8 +20,8 @@ use weir::engine::WeirEngine;
 use weir::message::{Envelope, Lane, Message};
 use weir::metrics::Metrics;
 use weir::rollout::StageSlot;
-use weir::runtime::{run_parts, ControllerOptions, Parts, RunOutcome};
-use weir::sink::{Record, Sink, SinkError, Ticket};
+use weir::runtime::{run_parts, ControllerOptions, Parts, RunOutcome, TxnSetup};
+use weir::sink::{Record, Sink, SinkError, Ticket, Transactions, TxnError};
 use weir::source::{Handler, Item, PartitionKey, Source, SourceError};
 use weir_tests::plugins;
 
@@ -46,6 +46,30 @@ struct World {
     violations: Vec<String>,
     /// Messages the source handed over (re-reads included).
     read: usize,
+    /// Exactly-once: the broker's side of the transactions.
+    txn: TxnWorld,
+}
+
+/// What a transactional broker holds: per partition the open transaction's records, what
+/// committed transactions made visible to a `read_committed` consumer, the group's offsets.
+#[derive(Default)]
+struct TxnWorld {
+    /// Partitions whose producer this process holds.
+    opened: BTreeSet<PartitionKey>,
+    /// Open transactions: the records in each (key, to the reject path).
+    open: BTreeMap<PartitionKey, Vec<(String, bool)>>,
+    /// Keys of outputs of committed transactions.
+    visible: Vec<String>,
+    /// Keys of dead-letter records of committed transactions.
+    visible_rejects: Vec<String>,
+    /// Offsets committed with transactions.
+    committed: BTreeMap<PartitionKey, i64>,
+    /// Every transactional commit in order.
+    commits: Vec<(PartitionKey, i64)>,
+    /// Transactions aborted (by the process, or by the broker when a new owner opened).
+    aborts: usize,
+    /// Partitions another member has taken over: commits fail as fenced.
+    fenced: BTreeSet<PartitionKey>,
 }
 
 struct Shared {
@@ -56,6 +80,8 @@ struct Shared {
     fail_acks: AtomicBool,
     /// The sink panics on its next write (a bug in a driver's thread).
     panic: AtomicBool,
+    /// Exactly-once: records go into their partition's open transaction.
+    eos: AtomicBool,
 }
 
 impl Shared {
@@ -65,6 +91,7 @@ impl Shared {
             stall: AtomicBool::new(false),
             fail_acks: AtomicBool::new(false),
             panic: AtomicBool::new(false),
+            eos: AtomicBool::new(false),
         })
     }
 
@@ -143,6 +170,8 @@ enum Step {
     Close(Vec<PartitionKey>),
     /// Sets the stop flag (SIGTERM).
     Stop,
+    /// Another member takes these partitions over: their transactions can no longer commit.
+    Fence(Vec<PartitionKey>),
 }
 
 struct FakeSource {
@@ -191,6 +220,14 @@ impl FakeSource {
         }
         let offsets = to.revoked(&keys);
         self.commit_checked(&offsets, true);
+        let mut w = self.shared.world();
+        for k in &keys {
+            if w.txn.open.contains_key(k) {
+                w.violations
+                    .push(format!("{k} released with its transaction still open"));
+            }
+        }
+        drop(w);
         for k in &keys {
             self.owned.remove(k);
             self.paused.remove(k);
@@ -212,7 +249,8 @@ impl FakeSource {
                 }
                 Step::Assign(keys) => {
                     for k in &keys {
-                        let from = self.committed.get(k).copied().unwrap_or(0);
+                        let txn = self.shared.world().txn.committed.get(k).copied();
+                        let from = self.committed.get(k).copied().or(txn).unwrap_or(0);
                         self.owned.insert(k.clone(), from);
                     }
                     to.assigned(&keys);
@@ -260,6 +298,7 @@ impl FakeSource {
                 }
                 Step::Close(keys) => self.shared.world().closed.extend(keys),
                 Step::Stop => self.stop.store(true, Ordering::SeqCst),
+                Step::Fence(keys) => self.shared.world().txn.fenced.extend(keys),
             }
         }
     }
@@ -364,7 +403,7 @@ struct FakeSink {
 }
 
 impl Sink for FakeSink {
-    fn write(&self, _lane: &Lane, records: Vec<Record<'_>>) -> Result<(), SinkError> {
+    fn write(&self, lane: &Lane, records: Vec<Record<'_>>) -> Result<(), SinkError> {
         if self.shared.panic.swap(false, Ordering::SeqCst) {
             panic!("the fake sink panicked");
         }
@@ -377,7 +416,20 @@ impl Sink for FakeSink {
             };
             let key = String::from_utf8_lossy(msg.key.as_deref().unwrap_or_default()).into_owned();
             let ticket = ticket.expect("a sink that acknowledges later gets tickets");
-            self.shared.world().held.push((key, self.rejects, ticket));
+            let mut w = self.shared.world();
+            if self.shared.eos.load(Ordering::SeqCst) {
+                let part = PartitionKey {
+                    topic: lane.topic.clone(),
+                    partition: lane.partition,
+                };
+                match w.txn.open.get_mut(&part) {
+                    Some(records) => records.push((key.clone(), self.rejects)),
+                    None => w
+                        .violations
+                        .push(format!("{key} written outside a transaction")),
+                }
+            }
+            w.held.push((key, self.rejects, ticket));
         }
         if !self.shared.stall.load(Ordering::SeqCst) {
             self.shared.release();
@@ -415,6 +467,102 @@ impl Sink for FakeSink {
 }
 
 // ---------------------------------------------------------------------------------------
+// The fake transactional broker (exactly-once).
+
+struct FakeTxns {
+    shared: Arc<Shared>,
+}
+
+impl Transactions for FakeTxns {
+    fn open(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        let mut w = self.shared.world();
+        // A new owner fences the old one and aborts what it left open.
+        if w.txn.open.remove(key).is_some() {
+            w.txn.aborts += 1;
+        }
+        w.txn.fenced.remove(key);
+        w.txn.opened.insert(key.clone());
+        Ok(())
+    }
+
+    fn begin(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        let mut w = self.shared.world();
+        if !w.txn.opened.contains(key) {
+            w.violations.push(format!("{key}: begin without open"));
+        }
+        if w.txn.open.insert(key.clone(), Vec::new()).is_some() {
+            w.violations
+                .push(format!("{key}: begin inside a transaction"));
+        }
+        Ok(())
+    }
+
+    fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), TxnError> {
+        if self.shared.world().txn.fenced.contains(key) {
+            return Err(TxnError::Fenced {
+                key: key.clone(),
+                why: "the fake broker: producer fenced".into(),
+            });
+        }
+        // Committing flushes: every record is acknowledged first.
+        self.shared.release();
+        let mut w = self.shared.world();
+        let Some(records) = w.txn.open.remove(key) else {
+            w.violations
+                .push(format!("{key}: commit without a transaction"));
+            return Ok(());
+        };
+        for (k, reject) in records {
+            if reject {
+                w.txn.visible_rejects.push(k);
+            } else {
+                w.txn.visible.push(k);
+            }
+        }
+        // Everything below the committed offset must be visible now.
+        let log = w.logs.get(key).cloned().unwrap_or_default();
+        let mut bad = Vec::new();
+        for (o, (k, v)) in log.iter().enumerate().take(next.max(0) as usize) {
+            let ok = match v.as_str() {
+                "reject" => w.txn.visible_rejects.contains(k),
+                "fail" => false,
+                _ => w.txn.visible.contains(k),
+            };
+            if !ok {
+                bad.push(format!(
+                    "{key} committed at {next} but offset {o} ({k}, {v}) is not visible"
+                ));
+            }
+        }
+        w.violations.extend(bad);
+        if w.txn.committed.get(key).is_some_and(|&c| c > next) {
+            w.violations
+                .push(format!("{key}: committed offset went back to {next}"));
+        }
+        w.txn.committed.insert(key.clone(), next);
+        w.txn.commits.push((key.clone(), next));
+        Ok(())
+    }
+
+    fn abort(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        let mut w = self.shared.world();
+        if w.txn.open.remove(key).is_some() {
+            w.txn.aborts += 1;
+        }
+        Ok(())
+    }
+
+    fn close(&self, key: &PartitionKey) {
+        let mut w = self.shared.world();
+        if w.txn.open.contains_key(key) {
+            w.violations
+                .push(format!("{key}: producer closed with a transaction open"));
+        }
+        w.txn.opened.remove(key);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Running a script.
 
 /// One engine and the misbehave stage for every run of this file.
@@ -448,18 +596,66 @@ fn options() -> ControllerOptions {
         commit_interval: Duration::from_millis(5),
         stop_at_end: true,
         drain_timeout: Duration::from_secs(2),
+        transactional: false,
     }
 }
 
 fn run_script(drivers: usize, batch: usize, opts: ControllerOptions, script: Vec<Step>) -> Run {
-    let (engine, slots) = stage();
     let shared = Shared::new();
+    let started = Instant::now();
+    let outcome = run_on(&shared, drivers, batch, opts, script, None);
+    let took = started.elapsed();
+    let world = std::mem::take(&mut *shared.world());
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    Run {
+        outcome,
+        world,
+        took,
+    }
+}
+
+/// One exactly-once run on `shared` (which outlives it: a later run is a restart).
+fn run_eos(shared: &Arc<Shared>, drivers: usize, script: Vec<Step>) -> RunOutcome {
+    shared.eos.store(true, Ordering::SeqCst);
+    let txns = TxnSetup {
+        api: Arc::new(FakeTxns {
+            shared: shared.clone(),
+        }),
+        interval: Duration::from_millis(5),
+        max_bytes: 1 << 20,
+    };
+    let opts = ControllerOptions {
+        transactional: true,
+        // A small budget: a stop comes while part of the input is still unread.
+        max_in_flight: 64 << 10,
+        ..options()
+    };
+    let outcome = run_on(shared, drivers, 16, opts, script, Some(txns));
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    assert!(
+        w.commits.is_empty(),
+        "exactly-once never commits through the source: {:?}",
+        w.commits
+    );
+    outcome
+}
+
+fn run_on(
+    shared: &Arc<Shared>,
+    drivers: usize,
+    batch: usize,
+    opts: ControllerOptions,
+    script: Vec<Step>,
+    transactions: Option<TxnSetup>,
+) -> RunOutcome {
+    let (engine, slots) = stage();
+    let shared = shared.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let chains = (0..drivers)
         .map(|_| Chain::new(engine, slots).expect("instantiates"))
         .collect();
-    let started = Instant::now();
-    let outcome = run_parts(Parts {
+    run_parts(Parts {
         source: Box::new(FakeSource::new(shared.clone(), stop.clone(), script)),
         sink: Arc::new(FakeSink {
             shared: shared.clone(),
@@ -479,15 +675,8 @@ fn run_script(drivers: usize, batch: usize, opts: ControllerOptions, script: Vec
         options: opts,
         metrics: Metrics::new(),
         stop,
-    });
-    let took = started.elapsed();
-    let world = std::mem::take(&mut *shared.world());
-    assert!(world.violations.is_empty(), "{:#?}", world.violations);
-    Run {
-        outcome,
-        world,
-        took,
-    }
+        transactions,
+    })
 }
 
 fn p(n: i32) -> PartitionKey {
@@ -898,4 +1087,190 @@ fn model_random_rebalances_stalls_and_outcomes_never_commit_past_unfinished_work
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Exactly-once: the drivers' per-partition transactions against the fake transactional
+// broker. Nothing is committed through the source; a `read_committed` consumer sees only
+// what committed transactions made visible (`w.txn.visible`, `w.txn.visible_rejects`).
+
+/// Every offset below `upto` of partition `k` is visible exactly once (an output, or a
+/// dead-letter record for `reject`), and nothing at or above it.
+fn assert_visible_once(w: &World, k: &PartitionKey, upto: usize) {
+    let log = &w.logs[k];
+    for (o, (key, v)) in log.iter().enumerate() {
+        let seen = (
+            count(&w.txn.visible, key),
+            count(&w.txn.visible_rejects, key),
+        );
+        let want = match (o < upto, v.as_str()) {
+            (false, _) => (0, 0),
+            (true, "reject") => (0, 1),
+            (true, _) => (1, 0),
+        };
+        assert_eq!(seen, want, "{key} ({v}): (outputs, rejects) visible");
+    }
+}
+
+fn with_rejects(n: usize, at: &[usize]) -> Vec<&'static str> {
+    let mut v = oks(n);
+    for &i in at {
+        v[i] = "reject";
+    }
+    v
+}
+
+#[test]
+fn exactly_once_commits_outputs_rejects_and_offsets_in_one_transaction_per_partition() {
+    let shared = Shared::new();
+    let keys: Vec<PartitionKey> = (0..8).map(p).collect();
+    let mut script = vec![Step::Assign(keys.clone())];
+    for k in &keys {
+        script.push(Step::Append(k.clone(), with_rejects(150, &[17, 99])));
+    }
+    script.push(Step::Close(keys.clone()));
+    let out = run_eos(&shared, 2, script);
+    let c = &out.controller;
+    assert!(c.reached_end && c.error.is_none(), "{c:?}");
+    let w = shared.world();
+    for k in &keys {
+        assert_visible_once(&w, k, 150);
+        assert_eq!(w.txn.committed.get(k), Some(&150), "{k}");
+        assert_eq!(
+            c.committed.get(&k.to_string()),
+            Some(&150),
+            "{k} in the report"
+        );
+    }
+    assert_eq!(w.txn.aborts, 0);
+    assert!(w.txn.open.is_empty() && w.txn.opened.is_empty());
+    assert_eq!(out.written, 8 * 148);
+    assert_eq!(out.rejected, 8 * 2);
+}
+
+#[test]
+fn exactly_once_a_stage_fail_aborts_the_open_transaction_and_a_restart_meets_the_message_again() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        1,
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(100)),
+            Step::Until(|w| w.txn.committed.get(&p(0)) == Some(&100)),
+            Step::Append(p(0), vec!["ok", "reject", "fail", "ok"]),
+        ],
+    );
+    assert_eq!(out.controller.failure.as_ref().map(|f| f.offset), Some(102));
+    {
+        let w = shared.world();
+        // 100 and 101 were produced in the aborted transaction: not visible.
+        assert_visible_once(&w, &p(0), 100);
+        assert_eq!(w.txn.committed.get(&p(0)), Some(&100));
+        assert!(w.txn.aborts >= 1);
+    }
+    // The restart resumes from the last committed transaction and meets the message again.
+    let again = run_eos(
+        &shared,
+        1,
+        vec![Step::Assign(vec![p(0)]), Step::Close(vec![p(0)])],
+    );
+    assert_eq!(
+        again.controller.failure.as_ref().map(|f| f.offset),
+        Some(102)
+    );
+    assert!(
+        again.controller.read <= 4,
+        "read from 100: {}",
+        again.controller.read
+    );
+    let w = shared.world();
+    assert_visible_once(&w, &p(0), 100);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&100));
+}
+
+#[test]
+fn exactly_once_a_revoke_commits_the_partitions_transaction_before_it_is_released() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        2,
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::Append(p(0), with_rejects(300, &[5, 250])),
+            Step::Append(p(1), oks(300)),
+            Step::Polls(2),
+            // The fake source records a violation if the transaction is still open here.
+            Step::Revoke(vec![p(0)]),
+            Step::Check(
+                |w| !w.txn.opened.contains(&p(0)),
+                "the revoked partition's producer is closed",
+            ),
+            Step::Assign(vec![p(0)]),
+            Step::Close(vec![p(0), p(1)]),
+        ],
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert_visible_once(&w, &p(0), 300);
+    assert_visible_once(&w, &p(1), 300);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&300));
+}
+
+#[test]
+fn exactly_once_a_stop_commits_what_was_drained_and_a_restart_adds_only_the_rest() {
+    let shared = Shared::new();
+    let keys = vec![p(0), p(1), p(2)];
+    let mut script = vec![Step::Assign(keys.clone())];
+    for k in &keys {
+        script.push(Step::Append(k.clone(), with_rejects(5000, &[3, 3333])));
+    }
+    script.extend([Step::Polls(1), Step::Stop]);
+    let first = run_eos(&shared, 2, script);
+    assert!(first.controller.failure.is_none() && first.controller.error.is_none());
+    let stopped_at: Vec<i64> = {
+        let w = shared.world();
+        keys.iter()
+            .map(|k| w.txn.committed.get(k).copied().unwrap_or(0))
+            .collect()
+    };
+    run_eos(
+        &shared,
+        2,
+        vec![Step::Assign(keys.clone()), Step::Close(keys.clone())],
+    );
+    let w = shared.world();
+    for k in &keys {
+        assert_visible_once(&w, k, 5000);
+    }
+    assert!(
+        stopped_at.iter().any(|&o| o < 5000),
+        "the stop came mid-stream: {stopped_at:?}"
+    );
+}
+
+#[test]
+fn exactly_once_a_fenced_member_stops_and_nothing_of_its_open_transaction_is_visible() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        1,
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(50)),
+            Step::Until(|w| w.txn.committed.get(&p(0)) == Some(&50)),
+            // Another member took the partition over (its producer opened the same id).
+            Step::Fence(vec![p(0)]),
+            Step::Append(p(0), oks(10)),
+        ],
+    );
+    let err = out.controller.error.as_ref().map(ToString::to_string);
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("fenced")),
+        "{err:?}"
+    );
+    let w = shared.world();
+    assert_visible_once(&w, &p(0), 50);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&50));
+    assert!(w.txn.aborts >= 1);
 }

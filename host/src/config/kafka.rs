@@ -6,6 +6,8 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::ByteSize;
+
 /// A Kafka source: one consumer group member reading one or more topics.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +33,10 @@ pub struct KafkaSource {
     #[serde(default = "default_commit_interval", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub commit_interval: Duration,
+    /// With `delivery: exactly-once`, a partition's transaction also commits once the input
+    /// it holds reaches this many bytes (besides every `commit_interval`).
+    #[serde(default = "default_transaction_max_bytes")]
+    pub transaction_max_bytes: ByteSize,
     /// Longest a rebalance waits for revoked partitions' in-flight messages before it
     /// commits what is done and lets them go.
     #[serde(default = "default_revoke_timeout", with = "humantime_serde")]
@@ -46,6 +52,9 @@ pub struct KafkaSource {
 
 fn default_commit_interval() -> Duration {
     Duration::from_millis(500)
+}
+fn default_transaction_max_bytes() -> ByteSize {
+    ByteSize(16 << 20)
 }
 fn default_revoke_timeout() -> Duration {
     Duration::from_secs(10)

@@ -265,6 +265,62 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
     if cfg.batch.max_messages == 0 {
         return Err(at(text, "batch.max_messages", "must be at least 1"));
     }
+    if cfg.delivery == super::Delivery::ExactlyOnce {
+        validate_exactly_once(cfg, text)?;
+    }
+    Ok(())
+}
+
+/// `delivery: exactly-once` commits outputs, dead-letter records and source offsets in one
+/// Kafka transaction: all three must be Kafka, on one cluster.
+fn validate_exactly_once(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
+    let SourceConfig::Kafka(source) = &cfg.source else {
+        return Err(at(
+            text,
+            "delivery",
+            "exactly-once needs a Kafka source (`source.kafka`): its offsets are committed in the transaction",
+        ));
+    };
+    let SinkConfig::Kafka(sink) = &cfg.sink else {
+        return Err(at(
+            text,
+            "sink",
+            "`delivery: exactly-once` needs a Kafka sink (`sink.kafka`): outputs are produced in Kafka transactions",
+        ));
+    };
+    let dlq = match &cfg.reject {
+        None => None,
+        Some(SinkConfig::Kafka(k)) => Some(k),
+        Some(_) => {
+            return Err(at(
+                text,
+                "reject",
+                "`delivery: exactly-once` needs a Kafka reject path (`reject.kafka`) or none: dead-letter records are produced in the same transaction",
+            ))
+        }
+    };
+    let same = |a: &str, b: &str| {
+        let norm = |s: &str| {
+            let mut v: Vec<String> = s.split(',').map(|x| x.trim().to_owned()).collect();
+            v.sort();
+            v
+        };
+        norm(a) == norm(b)
+    };
+    for (path, brokers) in std::iter::once(("sink.kafka.brokers", &sink.brokers))
+        .chain(dlq.map(|d| ("reject.kafka.brokers", &d.brokers)))
+    {
+        if !same(brokers, &source.brokers) {
+            return Err(at(
+                text,
+                path,
+                format_args!(
+                    "`delivery: exactly-once` commits outputs and source offsets in one transaction: must be the source's cluster (`{}`), not `{brokers}`",
+                    source.brokers
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -42,12 +42,32 @@ pub struct PipelineConfig {
     /// Where rejected messages go (the dead-letter path). Default: discard (counted).
     #[serde(default)]
     pub reject: Option<SinkConfig>,
+    /// What a crash may cost. `at-least-once` (default): messages handled but not yet
+    /// committed are handled again after a restart, so their outputs can appear twice.
+    /// `exactly-once`: a Kafka source, a Kafka sink and a Kafka (or no) reject path on one
+    /// cluster; per source partition, the outputs, the dead-letter records and the next
+    /// offset commit in one Kafka transaction, so a `read_committed` consumer sees each
+    /// input's results once, whatever crashes (docs/exactly-once.md).
+    #[serde(default)]
+    pub delivery: Delivery,
     /// How messages are grouped into batches for the stages.
     #[serde(default)]
     pub batch: BatchConfig,
     /// Engine-wide settings.
     #[serde(default)]
     pub runtime: RuntimeConfig,
+}
+
+/// The delivery promise of a pipeline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// Nothing is lost; after a crash, what was not committed is handled again.
+    #[default]
+    AtLeastOnce,
+    /// Kafka transactions: each input's results are visible once to `read_committed`
+    /// consumers.
+    ExactlyOnce,
 }
 
 fn default_name() -> String {

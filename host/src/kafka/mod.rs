@@ -4,4 +4,5 @@
 
 pub mod client;
 pub mod embedded;
+pub mod group;
 pub mod record;

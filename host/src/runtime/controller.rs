@@ -59,6 +59,15 @@ impl Controller {
                 self.core.failure.get_or_insert(f);
             }
             DriverEvent::Error(e) => self.core.fail(e.into()),
+            DriverEvent::Committed { key, next } => {
+                self.core
+                    .metrics
+                    .committed_offset
+                    .with_label_values(&[&*key.topic, key.partition.to_string().as_str()])
+                    .set(next);
+                let c = self.core.txn_committed.entry(key).or_insert(next);
+                *c = (*c).max(next);
+            }
             DriverEvent::Exited(d) => {
                 *exited += 1;
                 self.core.drivers[d].alive = false;
@@ -67,6 +76,12 @@ impl Controller {
     }
 
     fn commit(&mut self) {
+        if self.core.opts.transactional {
+            // The drivers' transactions commit the offsets.
+            let source = &self.source;
+            self.core.update_lag(|k| source.high_watermark(k));
+            return;
+        }
         let source = &self.source;
         let due: Vec<_> = self
             .core
@@ -173,8 +188,16 @@ impl Controller {
         // Closing revokes what the source still owns: the final synchronous commit.
         self.core.opts.revoke_timeout = Duration::ZERO;
         self.source.close(&mut self.core);
+        let committed = if self.core.opts.transactional {
+            std::mem::take(&mut self.core.txn_committed)
+                .into_iter()
+                .map(|(k, o)| (k.to_string(), o))
+                .collect()
+        } else {
+            self.source.committed_all()
+        };
         ControllerOutcome {
-            committed: self.source.committed_all(),
+            committed,
             read: self.core.read,
             malformed: self.core.malformed,
             failure: self.core.failure.take(),

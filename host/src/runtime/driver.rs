@@ -16,7 +16,7 @@ use crate::config::BatchConfig;
 use crate::engine::InstanceError;
 use crate::message::{Envelope, Lane};
 use crate::metrics::Metrics;
-use crate::sink::SinkError;
+use crate::sink::{SinkError, Transactions, TxnError};
 use crate::source::{Item, PartitionKey};
 
 /// What the controller tells a driver.
@@ -67,6 +67,10 @@ pub enum DriverError {
         /// Why.
         source: SinkError,
     },
+    /// A partition's transaction could not be opened or committed (exactly-once): it was
+    /// aborted, nothing of it is visible, the run stops.
+    #[error(transparent)]
+    Transaction(#[from] TxnError),
     /// The driver thread panicked (a bug): its lanes cannot progress, so the run stops.
     #[error("driver {driver} panicked: {reason}")]
     Panicked {
@@ -84,8 +88,26 @@ pub enum DriverEvent {
     Failed(Failure),
     /// The driver cannot go on.
     Error(DriverError),
+    /// A partition's transaction committed: `next` is its committed offset (exactly-once).
+    Committed {
+        /// The partition.
+        key: PartitionKey,
+        /// The next offset to read.
+        next: i64,
+    },
     /// The driver thread ended.
     Exited(usize),
+}
+
+/// Exactly-once delivery: the lanes' transactions and when they commit.
+#[derive(Clone)]
+pub struct TxnSetup {
+    /// Begin, commit, abort per partition.
+    pub api: Arc<dyn Transactions>,
+    /// A transaction commits at the first batch boundary this long after it began...
+    pub interval: Duration,
+    /// ...or once the input it holds reaches this many bytes.
+    pub max_bytes: usize,
 }
 
 /// What a driver needs.
@@ -108,6 +130,17 @@ pub struct DriverSetup {
     pub core: Option<usize>,
     /// Keep the source messages of a batch for the dead-letter records (chains of 2+ stages).
     pub keep_originals: bool,
+    /// Exactly-once delivery (`None`: at-least-once, the controller commits).
+    pub transactions: Option<TxnSetup>,
+}
+
+/// A lane's open transaction.
+struct OpenTxn {
+    since: Instant,
+    /// Input bytes in it.
+    bytes: usize,
+    /// The offset after the last one put in it.
+    next: Option<i64>,
 }
 
 struct DriverLane {
@@ -121,6 +154,8 @@ struct DriverLane {
     bytes: usize,
     since: Option<Instant>,
     last_processed: Option<i64>,
+    /// Exactly-once: the transaction the lane's records go into.
+    txn: Option<OpenTxn>,
 }
 
 /// Starts the driver thread; it returns its stage numbers when it ends.
@@ -139,10 +174,15 @@ pub fn spawn(setup: DriverSetup) -> std::thread::JoinHandle<Vec<StageStats>> {
                 s: setup,
                 lanes: Vec::new(),
                 last_counts: Vec::new(),
+                broken: false,
             };
             // A panic must not leave the controller waiting on lanes nobody serves: it is
             // reported as an error, which stops the run without committing past unfinished work.
-            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| d.run())) {
+            let run = std::panic::catch_unwind(AssertUnwindSafe(|| d.run()));
+            // Open transactions commit after a clean drain and abort otherwise.
+            let clean = matches!(run, Ok(true));
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| d.finish(clean)));
+            if let Err(panic) = run {
                 let reason = panic
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_owned())
@@ -164,10 +204,14 @@ struct Driver {
     s: DriverSetup,
     lanes: Vec<DriverLane>,
     last_counts: Vec<[u64; 7]>,
+    /// A transaction failed while serving a control message: stop.
+    broken: bool,
 }
 
 impl Driver {
-    fn run(&mut self) {
+    /// Runs until told to stop or until it cannot go on. True when it stopped after a clean
+    /// drain (everything queued was put through).
+    fn run(&mut self) -> bool {
         let mut stopping: Option<bool> = None;
         loop {
             loop {
@@ -180,8 +224,8 @@ impl Driver {
                     }
                 }
             }
-            if stopping == Some(false) {
-                return;
+            if self.broken || stopping == Some(false) {
+                return false;
             }
             let draining = stopping == Some(true);
             let now = Instant::now();
@@ -197,9 +241,12 @@ impl Driver {
                 if waiting && (full || due || draining) {
                     ran = true;
                     if !self.run_batch(i) {
-                        return;
+                        return false;
                     }
                 }
+            }
+            if !self.commit_due() {
+                return false;
             }
             if draining
                 && self
@@ -207,11 +254,88 @@ impl Driver {
                     .iter()
                     .all(|l| l.pending.is_empty() && l.pre_rejected.is_empty() && l.rx.is_empty())
             {
-                return;
+                return true;
             }
             if !ran {
                 self.wait();
             }
+        }
+    }
+
+    /// Exactly-once: commits every lane's transaction that is due (its interval passed or
+    /// its bytes reached). False when one could not commit (it is aborted; the run stops).
+    fn commit_due(&mut self) -> bool {
+        let Some(t) = &self.s.transactions else {
+            return true;
+        };
+        let (interval, max_bytes) = (t.interval, t.max_bytes);
+        for i in 0..self.lanes.len() {
+            let due = self.lanes[i]
+                .txn
+                .as_ref()
+                .is_some_and(|x| x.since.elapsed() >= interval || x.bytes >= max_bytes);
+            if due && !self.commit_lane(i) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Commits lane `i`'s open transaction (if any). On failure it is aborted and the error
+    /// reported; false then.
+    fn commit_lane(&mut self, i: usize) -> bool {
+        let Some(t) = &self.s.transactions else {
+            return true;
+        };
+        let l = &mut self.lanes[i];
+        let Some(txn) = l.txn.take() else {
+            return true;
+        };
+        let Some(next) = txn.next else {
+            // Begun, nothing put in: nothing to commit.
+            return abort(t, &l.key, &self.s.metrics);
+        };
+        match t.api.commit(&l.key, next) {
+            Ok(()) => {
+                let m = &self.s.metrics;
+                m.transactions.with_label_values(&["committed"]).inc();
+                m.transaction_seconds
+                    .observe(txn.since.elapsed().as_secs_f64());
+                let _ = self.s.events.send(DriverEvent::Committed {
+                    key: l.key.clone(),
+                    next,
+                });
+                true
+            }
+            Err(e) => {
+                tracing::error!("{e}; aborting it, stopping");
+                abort(t, &l.key, &self.s.metrics);
+                let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                false
+            }
+        }
+    }
+
+    /// At the end: after a clean drain every open transaction commits; otherwise (a stage
+    /// failed, a record was not delivered, the run stops without draining) each is aborted.
+    fn finish(&mut self, clean: bool) {
+        let Some(t) = self.s.transactions.clone() else {
+            return;
+        };
+        for i in 0..self.lanes.len() {
+            if clean {
+                if !self.commit_lane(i) {
+                    break;
+                }
+            } else if self.lanes[i].txn.take().is_some() {
+                abort(&t, &self.lanes[i].key, &self.s.metrics);
+            }
+        }
+        for l in self.lanes.iter_mut() {
+            if l.txn.take().is_some() {
+                abort(&t, &l.key, &self.s.metrics);
+            }
+            t.api.close(&l.key);
         }
     }
 
@@ -221,26 +345,52 @@ impl Driver {
                 key,
                 generation,
                 rx,
-            }) => self.lanes.push(DriverLane {
-                lane: Lane {
-                    topic: key.topic.clone(),
-                    partition: key.partition,
-                },
-                key,
-                generation,
-                rx,
-                pending: Vec::new(),
-                pre_rejected: Vec::new(),
-                bytes: 0,
-                since: None,
-                last_processed: None,
-            }),
+            }) => {
+                if let Some(t) = &self.s.transactions {
+                    // Fences the partition's previous owner and aborts what it left open.
+                    if let Err(e) = t.api.open(&key) {
+                        tracing::error!("{e}; stopping");
+                        let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                        self.broken = true;
+                        return;
+                    }
+                }
+                self.lanes.push(DriverLane {
+                    lane: Lane {
+                        topic: key.topic.clone(),
+                        partition: key.partition,
+                    },
+                    key,
+                    generation,
+                    rx,
+                    pending: Vec::new(),
+                    pre_rejected: Vec::new(),
+                    bytes: 0,
+                    since: None,
+                    last_processed: None,
+                    txn: None,
+                })
+            }
             DriverControl::Revoke { lanes, ack } => {
+                // Exactly-once: the lane's transaction commits (everything in it acknowledged)
+                // or aborts before the partition is let go.
+                for i in 0..self.lanes.len() {
+                    let l = &self.lanes[i];
+                    if lanes.iter().any(|(k, g)| *k == l.key && *g == l.generation)
+                        && !self.commit_lane(i)
+                    {
+                        self.broken = true;
+                    }
+                }
                 let mut done = Vec::new();
+                let txns = self.s.transactions.clone();
                 self.lanes.retain(|l| {
                     let revoked = lanes.iter().any(|(k, g)| *k == l.key && *g == l.generation);
                     if revoked {
                         done.push((l.key.clone(), l.last_processed));
+                        if let Some(t) = &txns {
+                            t.api.close(&l.key);
+                        }
                     }
                     !revoked
                 });
@@ -280,6 +430,12 @@ impl Driver {
             .iter()
             .filter_map(|l| l.since)
             .map(|t| (t + linger).saturating_duration_since(Instant::now()))
+            .chain(self.s.transactions.as_ref().into_iter().flat_map(|t| {
+                self.lanes
+                    .iter()
+                    .filter_map(|l| l.txn.as_ref())
+                    .map(|x| (x.since + t.interval).saturating_duration_since(Instant::now()))
+            }))
             .min()
             .unwrap_or(Duration::from_millis(100));
         let mut sel = Select::new();
@@ -297,6 +453,7 @@ impl Driver {
         let l = &mut self.lanes[i];
         let batch = std::mem::take(&mut l.pending);
         let pre_rejected = std::mem::take(&mut l.pre_rejected);
+        let batch_bytes = l.bytes;
         l.bytes = 0;
         l.since = None;
         let mut offsets: Vec<i64> = batch.iter().map(|e| e.offset).collect();
@@ -314,6 +471,20 @@ impl Driver {
                 return false;
             }
         };
+        if let Some(t) = &self.s.transactions {
+            if l.txn.is_none() {
+                if let Err(e) = t.api.begin(&l.key) {
+                    tracing::error!("{e}; stopping");
+                    let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                    return false;
+                }
+                l.txn = Some(OpenTxn {
+                    since: Instant::now(),
+                    bytes: 0,
+                    next: None,
+                });
+            }
+        }
         let lane = LaneRef {
             key: &l.key,
             generation: l.generation,
@@ -332,6 +503,12 @@ impl Driver {
             return false;
         }
         l.last_processed = offsets.last().copied();
+        if let Some(txn) = &mut l.txn {
+            txn.bytes += batch_bytes;
+            if out.failure.is_none() {
+                txn.next = offsets.iter().max().map(|o| o + 1);
+            }
+        }
         let m = &self.s.metrics;
         m.batch_size.observe(offsets.len() as f64);
         for (name, t) in self.s.chain.names().zip(self.s.chain.timings()) {
@@ -343,10 +520,28 @@ impl Driver {
         }
         m.add_stage_counts(self.s.chain.tallies(), &mut self.last_counts);
         if let Some(f) = out.failure {
+            // Exactly-once: nothing of the partition's open transaction becomes visible.
+            if let (Some(t), Some(_)) = (&self.s.transactions, l.txn.take()) {
+                abort(t, &l.key, m);
+            }
             tracing::error!(stage = %f.stage, topic = &*l.key.topic, partition = l.key.partition, offset = f.offset, "stage failed: {}; stopping", f.reason);
             let _ = self.s.events.send(DriverEvent::Failed(f));
             return false;
         }
         true
+    }
+}
+
+/// Aborts a lane's transaction, counting it. True when the abort went through.
+fn abort(t: &TxnSetup, key: &PartitionKey, metrics: &Metrics) -> bool {
+    metrics.transactions.with_label_values(&["aborted"]).inc();
+    match t.api.abort(key) {
+        Ok(()) => true,
+        Err(e) => {
+            // The broker aborts it anyway: when the transaction times out, or when the
+            // partition's next owner opens its producer.
+            tracing::warn!("{e}");
+            false
+        }
     }
 }

@@ -37,6 +37,9 @@ pub struct ControllerOptions {
     pub stop_at_end: bool,
     /// Longest the shutdown drain may take.
     pub drain_timeout: Duration,
+    /// Exactly-once: the drivers commit offsets in their transactions; the controller never
+    /// commits through the source.
+    pub transactional: bool,
 }
 
 /// Why a run stopped other than a stage `fail` or a signal.
@@ -116,6 +119,8 @@ pub(super) struct Core {
     pub(super) assigned_once: bool,
     /// When the first message was read.
     pub(super) first_read: Option<Instant>,
+    /// Exactly-once: offsets committed by transactions, per partition.
+    pub(super) txn_committed: BTreeMap<PartitionKey, i64>,
 }
 
 impl Core {
@@ -153,6 +158,7 @@ impl Core {
             stale: 0,
             assigned_once: false,
             first_read: None,
+            txn_committed: BTreeMap::new(),
         }
     }
 
@@ -431,7 +437,12 @@ impl Handler for Core {
     fn revoked(&mut self, keys: &[PartitionKey]) -> Vec<(PartitionKey, i64)> {
         self.rebalances += 1;
         tracing::info!(partitions = %list(keys), "partitions revoked");
-        self.release(keys)
+        let commit = self.release(keys);
+        if self.opts.transactional {
+            // The drivers committed the partitions' transactions, offsets included.
+            return Vec::new();
+        }
+        commit
     }
 
     fn item(&mut self, topic: &str, partition: i32, item: Item) -> bool {

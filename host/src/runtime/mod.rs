@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::controller::ControllerOutcome;
-pub use self::driver::DriverError;
+pub use self::driver::{DriverError, TxnSetup};
 pub use self::lanes::{ControllerOptions, RuntimeError};
 pub use self::startup::{engine_for, prepare, Prepared, StartError};
 
@@ -43,11 +43,16 @@ use self::driver::DriverSetup;
 use self::lanes::Core;
 use self::startup::{start, wait_bounded, Started};
 use crate::chain::{Chain, StageStats};
-use crate::config::{BatchConfig, PipelineConfig};
+use crate::config::{
+    BatchConfig, Delivery, KafkaSink as KafkaSinkConfig, KafkaSource as KafkaSourceConfig,
+    PipelineConfig, SinkConfig, SourceConfig,
+};
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::report::{ExitState, RunReport, StageReport};
+use crate::sink::transactional::KafkaTransactions;
 use crate::sink::{line::LineSink, Role, Sink};
+use crate::source::kafka::KafkaSource;
 use crate::source::Source;
 
 /// Options that are not in the YAML.
@@ -79,6 +84,9 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
     /// Set to stop (drain what was read, commit, end).
     pub stop: Arc<AtomicBool>,
+    /// Exactly-once delivery: per-partition transactions the drivers commit (the sinks put
+    /// each lane's records in its partition's transaction); `None`: at-least-once.
+    pub transactions: Option<TxnSetup>,
 }
 
 /// What a run did.
@@ -107,6 +115,7 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         options,
         metrics,
         stop,
+        transactions,
     } = parts;
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let outputs = Outputs {
@@ -132,6 +141,7 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
             events: events_tx.clone(),
             metrics: metrics.clone(),
             core,
+            transactions: transactions.clone(),
         }));
     }
     drop((outputs, events_tx));
@@ -200,6 +210,7 @@ pub fn controller_options(cfg: &PipelineConfig) -> ControllerOptions {
         commit_interval: kafka.map_or(Duration::from_millis(500), |k| k.commit_interval),
         stop_at_end: cfg.source.stops_at_end(),
         drain_timeout: cfg.runtime.drain_timeout,
+        transactional: cfg.delivery == Delivery::ExactlyOnce,
     }
 }
 
@@ -246,12 +257,38 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             },
         )?;
     }
-    let sink = cfg.sink.build(Role::Sink, &metrics)?;
-    let rejects: Arc<dyn Sink> = match &cfg.reject {
-        Some(r) => r.build(Role::Rejects, &metrics)?,
-        None => Arc::new(LineSink::discard()),
+    let (source, sink, rejects, transactions) = match exactly_once(cfg) {
+        Some((k, sink, dlq)) => {
+            let source = KafkaSource::open(k, metrics.clone())?;
+            let txns = Arc::new(KafkaTransactions::new(
+                sink,
+                dlq,
+                &k.group,
+                source.group_slot(),
+                &metrics,
+            ));
+            let rejects: Arc<dyn Sink> = match dlq {
+                Some(_) => txns.sink(Role::Rejects),
+                None => Arc::new(LineSink::discard()),
+            };
+            let setup = TxnSetup {
+                api: txns.clone(),
+                interval: k.commit_interval,
+                max_bytes: k.transaction_max_bytes.bytes(),
+            };
+            let source: Box<dyn Source> = Box::new(source);
+            let sink: Arc<dyn Sink> = txns.sink(Role::Sink);
+            (source, sink, rejects, Some(setup))
+        }
+        None => {
+            let sink = cfg.sink.build(Role::Sink, &metrics)?;
+            let rejects: Arc<dyn Sink> = match &cfg.reject {
+                Some(r) => r.build(Role::Rejects, &metrics)?,
+                None => Arc::new(LineSink::discard()),
+            };
+            (cfg.source.build(metrics.clone())?, sink, rejects, None)
+        }
     };
-    let source = cfg.source.build(metrics.clone())?;
     let reloader = Reloader::start(
         engine.clone(),
         slots.clone(),
@@ -275,6 +312,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         options: controller_options(cfg),
         metrics: metrics.clone(),
         stop: stop.clone(),
+        transactions,
     });
     drop(progress);
     drop(signals);
@@ -311,6 +349,28 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         report.write(path);
     }
     Ok(report)
+}
+
+/// With `delivery: exactly-once` (checked when the YAML was loaded): the Kafka source, sink
+/// and dead-letter configs.
+fn exactly_once(
+    cfg: &PipelineConfig,
+) -> Option<(
+    &KafkaSourceConfig,
+    &KafkaSinkConfig,
+    Option<&KafkaSinkConfig>,
+)> {
+    if cfg.delivery != Delivery::ExactlyOnce {
+        return None;
+    }
+    let (SourceConfig::Kafka(k), SinkConfig::Kafka(sink)) = (&cfg.source, &cfg.sink) else {
+        return None;
+    };
+    let dlq = match &cfg.reject {
+        Some(SinkConfig::Kafka(d)) => Some(d),
+        _ => None,
+    };
+    Some((k, sink, dlq))
 }
 
 /// One report line per stage, summed over the drivers.

@@ -79,8 +79,8 @@ impl KafkaSink {
         })
     }
 
-    /// Hands one record to the producer, waiting while its queue is full. A record the
-    /// producer refuses outright settles its ticket as undelivered.
+    /// Hands one record to the producer; a record it refuses settles its ticket as
+    /// undelivered.
     fn produce(
         &self,
         topic: &str,
@@ -88,39 +88,54 @@ impl KafkaSink {
         headers: Option<OwnedHeaders>,
         ticket: Arc<Ticket>,
     ) {
-        let mut record: BaseRecord<'_, [u8], [u8], Arc<Ticket>> =
-            BaseRecord::with_opaque_to(topic, ticket);
-        if let Some(k) = msg.key.as_deref() {
-            record = record.key(k);
+        if let Err((ticket, why)) = send(&self.producer, topic, msg, headers, ticket) {
+            ticket.settle(Some(why));
         }
-        if let Some(v) = msg.value.as_deref() {
-            record = record.payload(v);
-        }
-        if let Some(h) = headers {
-            record = record.headers(h);
-        }
-        if let Some(ts) = msg.timestamp {
-            record = record.timestamp(ts);
-        }
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    self.producer.poll(Duration::from_millis(1));
-                }
-                Err((e, r)) => {
-                    r.delivery_opaque
-                        .settle(Some(format!("cannot produce to `{topic}`: {e}")));
-                    return;
-                }
+    }
+}
+
+/// Hands one record to `producer`, waiting while its queue is full. A record the producer
+/// refuses outright is handed back with why.
+pub(super) fn send<C: ProducerContext>(
+    producer: &ThreadedProducer<C>,
+    topic: &str,
+    msg: &Message,
+    headers: Option<OwnedHeaders>,
+    opaque: C::DeliveryOpaque,
+) -> Result<(), (C::DeliveryOpaque, String)> {
+    let mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque> =
+        BaseRecord::with_opaque_to(topic, opaque);
+    if let Some(k) = msg.key.as_deref() {
+        record = record.key(k);
+    }
+    if let Some(v) = msg.value.as_deref() {
+        record = record.payload(v);
+    }
+    if let Some(h) = headers {
+        record = record.headers(h);
+    }
+    if let Some(ts) = msg.timestamp {
+        record = record.timestamp(ts);
+    }
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, r)) => {
+                return Err((
+                    r.delivery_opaque,
+                    format!("cannot produce to `{topic}`: {e}"),
+                ))
             }
         }
     }
 }
 
 /// The original headers plus why, where and by which plugin version it was rejected.
-fn dlq_headers(original: &Message, r: &Rejected, lane: &Lane) -> OwnedHeaders {
+pub(super) fn dlq_headers(original: &Message, r: &Rejected, lane: &Lane) -> OwnedHeaders {
     let mut h = headers_of(original).unwrap_or_else(|| OwnedHeaders::new_with_capacity(6));
     let partition = lane.partition.to_string();
     let offset = r.env.offset.to_string();

@@ -9,9 +9,13 @@
 //! * [`kafka::KafkaSink`] — produce to a topic (or the topic a stage set); the dead-letter
 //!   topic keeps the original message and adds `weir.*` headers saying why.
 //! * [`line::LineSink`] — JSONL to a file or stdout, or discard (count and drop).
+//! * [`transactional::KafkaTransactions`] — `delivery: exactly-once`: one transactional
+//!   producer per source partition; the partition's outputs and dead-letter records and its
+//!   next offset are committed in one Kafka transaction ([`Transactions`]).
 
 pub mod kafka;
 pub mod line;
+pub mod transactional;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -161,6 +165,49 @@ pub trait Sink: Send + Sync {
     fn delivered(&self) -> u64;
 }
 
+/// A transaction could not be opened, committed or aborted.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    /// Another member owns the partition now (its producer took over the transactional id):
+    /// this one's transaction cannot commit.
+    #[error("{key}: fenced: another member owns this partition now ({why}); nothing of the open transaction is visible")]
+    Fenced {
+        /// The partition.
+        key: PartitionKey,
+        /// What the broker said.
+        why: String,
+    },
+    /// The broker or the client refused.
+    #[error("{key}: transaction {what}: {why}")]
+    Failed {
+        /// The partition.
+        key: PartitionKey,
+        /// `open`, `begin`, `commit` or `abort`.
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Transactions per source partition (`delivery: exactly-once`). The driver that owns a
+/// partition's lane calls these, between batches; the partition's records go to the sinks
+/// as usual, and the sinks put them in its open transaction.
+pub trait Transactions: Send + Sync {
+    /// Readies the partition's transactional producer. Blocking. Any older owner of the
+    /// partition is fenced, and its open transaction aborted, by the broker.
+    fn open(&self, key: &PartitionKey) -> Result<(), TxnError>;
+    /// Starts a transaction for the partition's next records.
+    fn begin(&self, key: &PartitionKey) -> Result<(), TxnError>;
+    /// Commits the open transaction with `next` (the partition's next offset to read) as
+    /// the group's committed offset: its records become visible and the offset committed,
+    /// together or not at all. Blocking: waits until every record is acknowledged.
+    fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), TxnError>;
+    /// Aborts the open transaction: none of its records ever become visible.
+    fn abort(&self, key: &PartitionKey) -> Result<(), TxnError>;
+    /// Releases the partition's producer (after a commit or an abort).
+    fn close(&self, key: &PartitionKey);
+}
+
 /// Which destination a sink is, for its metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -170,20 +217,24 @@ pub enum Role {
     Rejects,
 }
 
+impl Role {
+    /// The label of [`Metrics::produced`](crate::metrics::Metrics).
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Sink => "sink",
+            Role::Rejects => "dlq",
+        }
+    }
+}
+
 impl SinkConfig {
     /// Opens the sink this configures.
     pub fn build(&self, role: Role, metrics: &Metrics) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(match self {
-            SinkConfig::Kafka(k) => {
-                let label = match role {
-                    Role::Sink => "sink",
-                    Role::Rejects => "dlq",
-                };
-                Arc::new(kafka::KafkaSink::open(
-                    k,
-                    metrics.produced.with_label_values(&[label]),
-                )?)
-            }
+            SinkConfig::Kafka(k) => Arc::new(kafka::KafkaSink::open(
+                k,
+                metrics.produced.with_label_values(&[role.label()]),
+            )?),
             other => Arc::new(line::LineSink::open(other)?),
         })
     }

@@ -26,6 +26,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::commit_queue::{CommitQueue, Confirmations};
 use super::{Handler, Item, PartitionKey, Source, SourceError};
 use crate::config::{KafkaSource as KafkaSourceConfig, StartFrom};
+use crate::kafka::group::GroupSlot;
 use crate::message::Envelope;
 use crate::metrics::Metrics;
 
@@ -125,6 +126,8 @@ pub struct KafkaSource {
     start: StartFrom,
     /// With `stop_at_end`: the end each partition had at assignment, until it is reported.
     ends: RefCell<HashMap<PartitionKey, i64>>,
+    /// The group metadata as of the last rebalance (for exactly-once delivery).
+    group: Arc<GroupSlot>,
 }
 
 fn kafka(what: impl Into<String>) -> impl FnOnce(KafkaError) -> SourceError {
@@ -160,13 +163,21 @@ impl KafkaSource {
             stop_at_end: cfg.stop_at_end,
             start: cfg.start,
             ends: RefCell::new(HashMap::new()),
+            group: Arc::new(GroupSlot::default()),
         })
+    }
+
+    /// The consumer's group metadata, kept current at every rebalance: what transactions
+    /// send with their offsets (`delivery: exactly-once`).
+    pub fn group_slot(&self) -> Arc<GroupSlot> {
+        self.group.clone()
     }
 
     /// Acts on the rebalances librdkafka announced during the last poll.
     fn rebalances(&self, to: &mut dyn Handler) {
         let pending = std::mem::take(&mut *lock(&self.consumer.context().pending));
         for ev in pending {
+            self.group.set(self.consumer.group_metadata());
             match &ev {
                 Pending::Revoke(tpl) => {
                     self.metrics.rebalances.with_label_values(&["revoke"]).inc();
@@ -189,6 +200,7 @@ impl KafkaSource {
                 }
             }
             apply(&self.consumer, &ev);
+            self.group.set(self.consumer.group_metadata());
             if let Pending::Assign(tpl) = &ev {
                 let keys = keys_of(tpl);
                 // A partition can come back still paused from an earlier assignment.

@@ -1,0 +1,360 @@
+//! `delivery: exactly-once` on Kafka: one transactional producer per source partition.
+//!
+//! A partition's transactional id is `<prefix>.<topic>.<partition>` (the prefix is the sink's
+//! `transactional.id` property, else `weir.<group>`), so whoever owns the partition owns the
+//! id. The new owner's `init_transactions` fences the old one — a zombie's produce and commit
+//! fail — and aborts the transaction the old one left open, on any broker, with or without
+//! KIP-447's group-generation check. The partition's next offset goes into the same
+//! transaction with the consumer's group metadata (`send_offsets_to_transaction`), so a broker
+//! that has KIP-447 also refuses a member of an older generation.
+//!
+//! The sink and the reject path are two views ([`TxnSink`]) of one [`KafkaTransactions`]:
+//! an output and a dead-letter record of the same partition go through the same producer,
+//! into the same transaction.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::kafka::{dlq_headers, send};
+use super::{Record, Role, Sink, SinkError, Ticket, Transactions, TxnError};
+use crate::config::KafkaSink as KafkaSinkConfig;
+use crate::kafka::group::GroupSlot;
+use crate::kafka::record::headers_of;
+use crate::message::Lane;
+use crate::metrics::Metrics;
+use crate::source::PartitionKey;
+
+/// Longest one transactional request (init, commit, abort, offsets) may take.
+const TXN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a retriable commit error is retried.
+const COMMIT_RETRIES: usize = 3;
+
+/// A record on its way, and which destination it counts for.
+pub struct TxnDelivery {
+    ticket: Arc<Ticket>,
+    role: Role,
+}
+
+/// Acknowledged records per destination.
+#[derive(Default)]
+struct Acked {
+    sink: AtomicU64,
+    dlq: AtomicU64,
+}
+
+impl Acked {
+    fn of(&self, role: Role) -> &AtomicU64 {
+        match role {
+            Role::Sink => &self.sink,
+            Role::Rejects => &self.dlq,
+        }
+    }
+}
+
+/// Settles tickets from one partition producer's delivery reports.
+pub struct TxnContext {
+    acked: Arc<Acked>,
+    produced: [prometheus::IntCounter; 2],
+}
+
+impl ClientContext for TxnContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        crate::kafka::client::log(level, fac, msg);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!("transactional producer: {error}: {reason}");
+    }
+}
+
+impl ProducerContext for TxnContext {
+    type DeliveryOpaque = Box<TxnDelivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, d: Box<TxnDelivery>) {
+        match result {
+            Ok(_) => {
+                self.acked.of(d.role).fetch_add(1, Ordering::Relaxed);
+                self.produced[d.role as usize].inc();
+                d.ticket.settle(None);
+            }
+            Err((e, _)) => d.ticket.settle(Some(format!("delivery failed: {e}"))),
+        }
+    }
+}
+
+type PartitionProducer = ThreadedProducer<TxnContext>;
+
+/// One transactional producer per owned source partition.
+pub struct KafkaTransactions {
+    client: ClientConfig,
+    prefix: String,
+    sink_topic: Arc<str>,
+    dlq_topic: Option<Arc<str>>,
+    group: Arc<GroupSlot>,
+    producers: Mutex<HashMap<PartitionKey, Arc<PartitionProducer>>>,
+    acked: Arc<Acked>,
+    produced: [prometheus::IntCounter; 2],
+}
+
+impl KafkaTransactions {
+    /// Transactions for `sink` (and `dlq`, on the same cluster), sending offsets for the
+    /// consumer group `group` with the metadata in `slot`.
+    pub fn new(
+        sink: &KafkaSinkConfig,
+        dlq: Option<&KafkaSinkConfig>,
+        group: &str,
+        slot: Arc<GroupSlot>,
+        metrics: &Metrics,
+    ) -> Self {
+        let mut client = crate::kafka::client::producer_config(sink);
+        let prefix = client
+            .get("transactional.id")
+            .map_or_else(|| format!("weir.{group}"), str::to_owned);
+        client.remove("transactional.id");
+        KafkaTransactions {
+            client,
+            prefix,
+            sink_topic: sink.topic.as_str().into(),
+            dlq_topic: dlq.map(|d| d.topic.as_str().into()),
+            group: slot,
+            producers: Mutex::new(HashMap::new()),
+            acked: Arc::new(Acked::default()),
+            produced: [
+                metrics.produced.with_label_values(&[Role::Sink.label()]),
+                metrics.produced.with_label_values(&[Role::Rejects.label()]),
+            ],
+        }
+    }
+
+    /// The sink (`Role::Sink`) or reject path (`Role::Rejects`) view.
+    pub fn sink(self: &Arc<Self>, role: Role) -> Arc<TxnSink> {
+        Arc::new(TxnSink {
+            txns: self.clone(),
+            role,
+        })
+    }
+
+    /// The transactional id of a partition.
+    pub fn transactional_id(&self, key: &PartitionKey) -> String {
+        format!("{}.{}.{}", self.prefix, key.topic, key.partition)
+    }
+
+    fn producer(&self, key: &PartitionKey) -> Option<Arc<PartitionProducer>> {
+        self.producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    fn owned(
+        &self,
+        key: &PartitionKey,
+        what: &'static str,
+    ) -> Result<Arc<PartitionProducer>, TxnError> {
+        self.producer(key).ok_or_else(|| TxnError::Failed {
+            key: key.clone(),
+            what,
+            why: "no producer is open for this partition".into(),
+        })
+    }
+}
+
+/// A transactional call's error, as the runtime sees it: fencing, or another failure.
+fn txn_error(key: &PartitionKey, what: &'static str, e: KafkaError) -> TxnError {
+    let fenced = match &e {
+        KafkaError::Transaction(t) => {
+            matches!(
+                t.code(),
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::FencedInstanceId
+                    | RDKafkaErrorCode::IllegalGeneration
+                    | RDKafkaErrorCode::UnknownMemberId
+                    | RDKafkaErrorCode::RebalanceInProgress
+            )
+        }
+        _ => false,
+    };
+    if fenced {
+        TxnError::Fenced {
+            key: key.clone(),
+            why: e.to_string(),
+        }
+    } else {
+        TxnError::Failed {
+            key: key.clone(),
+            what,
+            why: e.to_string(),
+        }
+    }
+}
+
+fn retriable(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::Transaction(t) if t.is_retriable())
+}
+
+impl Transactions for KafkaTransactions {
+    fn open(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        let mut client = self.client.clone();
+        client.set("transactional.id", self.transactional_id(key));
+        let producer = PartitionProducer::from_config_and_context(
+            &client,
+            TxnContext {
+                acked: self.acked.clone(),
+                produced: self.produced.clone(),
+            },
+        )
+        .map_err(|e| txn_error(key, "open", e))?;
+        producer
+            .init_transactions(TXN_TIMEOUT)
+            .map_err(|e| txn_error(key, "open", e))?;
+        self.producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), Arc::new(producer));
+        Ok(())
+    }
+
+    fn begin(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        self.owned(key, "begin")?
+            .begin_transaction()
+            .map_err(|e| txn_error(key, "begin", e))
+    }
+
+    fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), TxnError> {
+        let producer = self.owned(key, "commit")?;
+        let group = self.group.get().ok_or_else(|| TxnError::Failed {
+            key: key.clone(),
+            what: "commit",
+            why: "the consumer has no group metadata yet".into(),
+        })?;
+        let mut offsets = TopicPartitionList::new();
+        offsets
+            .add_partition_offset(&key.topic, key.partition, Offset::Offset(next))
+            .map_err(|e| txn_error(key, "commit", e))?;
+        producer
+            .send_offsets_to_transaction(&offsets, &group, TXN_TIMEOUT)
+            .map_err(|e| txn_error(key, "commit", e))?;
+        let mut tries = 0;
+        loop {
+            match producer.commit_transaction(TXN_TIMEOUT) {
+                Ok(()) => return Ok(()),
+                Err(e) if retriable(&e) && tries < COMMIT_RETRIES => tries += 1,
+                Err(e) => return Err(txn_error(key, "commit", e)),
+            }
+        }
+    }
+
+    fn abort(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        self.owned(key, "abort")?
+            .abort_transaction(TXN_TIMEOUT)
+            .map_err(|e| txn_error(key, "abort", e))
+    }
+
+    fn close(&self, key: &PartitionKey) {
+        self.producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+/// The sink or the reject path of exactly-once delivery: a lane's records go to its
+/// partition's producer, in its open transaction.
+pub struct TxnSink {
+    txns: Arc<KafkaTransactions>,
+    role: Role,
+}
+
+impl Sink for TxnSink {
+    fn write(&self, lane: &Lane, records: Vec<Record<'_>>) -> Result<(), SinkError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let key = PartitionKey {
+            topic: lane.topic.clone(),
+            partition: lane.partition,
+        };
+        let producer = self.txns.producer(&key);
+        let default_topic = match self.role {
+            Role::Sink => &self.txns.sink_topic,
+            Role::Rejects => self
+                .txns
+                .dlq_topic
+                .as_ref()
+                .unwrap_or(&self.txns.sink_topic),
+        };
+        for r in records {
+            let (to, msg, headers, ticket) = match r {
+                Record::Output {
+                    msg,
+                    ticket: Some(t),
+                } => (
+                    msg.topic.as_deref().unwrap_or(default_topic),
+                    msg,
+                    headers_of(msg),
+                    t,
+                ),
+                Record::Reject {
+                    original,
+                    rejected,
+                    ticket: Some(t),
+                } => (
+                    &**default_topic,
+                    original,
+                    Some(dlq_headers(original, rejected, lane)),
+                    t,
+                ),
+                _ => unreachable!("records for a Kafka sink carry tickets"),
+            };
+            let Some(producer) = &producer else {
+                ticket.settle(Some(format!("{key}: no transactional producer is open")));
+                continue;
+            };
+            let d = Box::new(TxnDelivery {
+                ticket,
+                role: self.role,
+            });
+            if let Err((d, why)) = send(producer, to, msg, headers, d) {
+                d.ticket.settle(Some(why));
+            }
+        }
+        Ok(())
+    }
+
+    fn acknowledges_later(&self) -> bool {
+        true
+    }
+
+    fn flush(&self, timeout: Duration) -> Result<(), SinkError> {
+        let producers: Vec<_> = self
+            .txns
+            .producers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for p in producers {
+            p.flush(timeout)
+                .map_err(|source| SinkError::Unacknowledged {
+                    topic: self.txns.sink_topic.to_string(),
+                    records: p.in_flight_count().max(0) as u64,
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn delivered(&self) -> u64 {
+        self.txns.acked.of(self.role).load(Ordering::Relaxed)
+    }
+}
