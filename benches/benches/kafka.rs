@@ -7,6 +7,12 @@
 //! * `wasm_3`: three wasm pass-through stages,
 //! * `wasm_1_drivers_2`: one wasm stage on two driver threads.
 //!
+//! and, in a second group (`kafka_delivery`), one wasm stage at-least-once vs exactly-once
+//! (`delivery: exactly-once`: Kafka transactions per partition) with commit intervals of 100 ms
+//! and 1 s. The mock cluster answers the transactional requests without doing their broker-side
+//! work (docs/exactly-once.md), so this measures the client side: the per-partition producers,
+//! the transaction round trips and the waits for acknowledgements at every commit.
+//!
 //! Each iteration drains the topic once with a fresh consumer group (`stop_at_end`) and is
 //! timed from the first message read to the end (the report's `consuming_ms`), so start-up and
 //! group join are not counted. Throughput is messages per second.
@@ -16,7 +22,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use weir_benches::kafka::{broker, drain, yaml, N};
+use weir_benches::kafka::{broker, drain, yaml, yaml_with, N};
 use weir_tests::plugins::PASSTHROUGH;
 
 fn end_to_end(c: &mut Criterion) {
@@ -40,6 +46,32 @@ fn end_to_end(c: &mut Criterion) {
                     .sum()
             })
         });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("kafka_delivery");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .warm_up_time(Duration::from_secs(1))
+        .throughput(Throughput::Elements(N as u64));
+    for interval in ["100ms", "1s"] {
+        for delivery in ["at-least-once", "exactly-once"] {
+            g.bench_function(format!("{delivery}_{interval}"), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            drain(&yaml_with(
+                                &bootstrap,
+                                PASSTHROUGH,
+                                1,
+                                1,
+                                delivery,
+                                interval,
+                            ))
+                        })
+                        .sum()
+                })
+            });
+        }
     }
     g.finish();
 }

@@ -44,9 +44,21 @@ pub fn seed_lines(n: usize) -> String {
 /// The pipeline: `in` → `stages` copies of `plugin` on `drivers` drivers → `out`, with a
 /// fresh group, stopping at the end of the topic.
 pub fn yaml(bootstrap: &str, plugin: &str, stages: usize, drivers: usize) -> String {
+    yaml_with(bootstrap, plugin, stages, drivers, "at-least-once", "500ms")
+}
+
+/// [`yaml`] with a `delivery` promise and a `commit_interval`.
+pub fn yaml_with(
+    bootstrap: &str,
+    plugin: &str,
+    stages: usize,
+    drivers: usize,
+    delivery: &str,
+    commit_interval: &str,
+) -> String {
     let group = GROUP.fetch_add(1, Ordering::Relaxed);
     let mut s = format!(
-        "source:\n  kafka:\n    brokers: {bootstrap}\n    topics: [in]\n    group: bench-{group}\n    stop_at_end: true\n    properties:\n      fetch.wait.max.ms: 10\n"
+        "delivery: {delivery}\nsource:\n  kafka:\n    brokers: {bootstrap}\n    topics: [in]\n    group: bench-{group}\n    stop_at_end: true\n    commit_interval: {commit_interval}\n    properties:\n      fetch.wait.max.ms: 10\n"
     );
     if stages == 0 {
         s.push_str("stages: []\n");

@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+
+use crate::Scratch;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -348,4 +350,82 @@ pub fn committed_total(report: &serde_json::Value) -> i64 {
         .values()
         .map(|v| v.as_i64().expect("committed offsets are integers"))
         .sum()
+}
+
+/// `n` records `k-i` spread over `parts` partitions (record i on partition i % parts).
+pub fn records(
+    n: usize,
+    parts: i32,
+    value: impl Fn(usize) -> String,
+) -> Vec<(i32, String, String)> {
+    (0..n)
+        .map(|i| ((i as i32) % parts, format!("k-{i}"), value(i)))
+        .collect()
+}
+
+/// Records per partition of `topic` as a reader counts them (tansu's end offsets lag).
+pub fn high_watermarks(b: &Broker, topic: &str, parts: i32) -> Vec<i64> {
+    let recs = b.read(topic);
+    (0..parts)
+        .map(|p| recs.iter().filter(|r| r.partition == p).count() as i64)
+        .collect()
+}
+
+/// tansu (an independent Kafka implementation) with these topics. `scripts/test` installs it
+/// (cached) and sets `WEIR_TANSU_BIN`; without it the tansu tests fail, they are not skipped.
+pub fn tansu(topics: &[(&str, i32)]) -> Broker {
+    let bin = std::env::var("WEIR_TANSU_BIN").expect(
+        "WEIR_TANSU_BIN is not set: run the tests with ./scripts/test (it installs tansu), or set it",
+    );
+    Broker::tansu(&bin, topics)
+}
+
+/// Produces `records` in `chunks` pieces, one every `every`, from a background thread.
+pub fn trickle(
+    b: &Broker,
+    topic: &'static str,
+    records: Vec<(i32, String, String)>,
+    chunks: usize,
+    every: Duration,
+) -> std::thread::JoinHandle<()> {
+    let client = b.producer();
+    std::thread::spawn(move || {
+        let per = records.len().div_ceil(chunks);
+        for chunk in records.chunks(per) {
+            client.produce(topic, chunk);
+            std::thread::sleep(every);
+        }
+    })
+}
+
+pub fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Child {
+    let err = std::fs::File::create(s.path(log)).expect("log file");
+    s.weir(&["run", yaml])
+        .env("WEIR_LOG", "info,weir::kafka=debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawning weir")
+}
+
+pub fn sigterm(c: &Child) {
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok);
+}
+
+pub fn wait_ok(mut c: Child, what: &str, s: &Scratch, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = c.try_wait().expect("wait") {
+            let text = std::fs::read_to_string(s.path(log)).unwrap_or_default();
+            assert!(st.success(), "{what} exited {st}: {text}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -3,11 +3,13 @@
 //! components built from source, real signals and `kill -9`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir_tests::kafka::{kafka_pipeline, Broker, Record};
+use weir_tests::kafka::{
+    high_watermarks, kafka_pipeline, records, sigterm, spawn_weir, tansu, trickle, wait_ok, Broker,
+    Record,
+};
 use weir_tests::plugins::{JSON_ENRICH, JSON_FILTER, MISBEHAVE, PASSTHROUGH};
 use weir_tests::{free_port, gauge, scrape, scratch, stage, stderr, Scratch};
 
@@ -19,20 +21,6 @@ fn report(s: &Scratch) -> Value {
 
 fn keys(records: &[Record]) -> Vec<String> {
     records.iter().map(|r| r.key.clone()).collect()
-}
-
-/// `n` records `k-i` spread over `parts` partitions (record i on partition i % parts).
-fn records(n: usize, parts: i32, value: impl Fn(usize) -> String) -> Vec<(i32, String, String)> {
-    (0..n)
-        .map(|i| ((i as i32) % parts, format!("k-{i}"), value(i)))
-        .collect()
-}
-
-fn high_watermarks(b: &Broker, topic: &str, parts: i32) -> Vec<i64> {
-    let recs = b.read(topic);
-    (0..parts)
-        .map(|p| recs.iter().filter(|r| r.partition == p).count() as i64)
-        .collect()
 }
 
 #[test]
@@ -49,15 +37,6 @@ fn an_independent_broker_tansu_carries_the_same_pipeline_end_to_end() {
     // tansu 0.6 answers end-offset queries with stale values, so `stop_at_end` cannot be
     // trusted there: run until everything is out, then SIGTERM (a clean drain).
     end_to_end(&tansu(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
-}
-
-/// tansu (an independent Kafka implementation) with these topics. `scripts/test` installs it
-/// (cached) and sets `WEIR_TANSU_BIN`; without it the tansu tests fail, they are not skipped.
-fn tansu(topics: &[(&str, i32)]) -> Broker {
-    let bin = std::env::var("WEIR_TANSU_BIN").expect(
-        "WEIR_TANSU_BIN is not set: run the tests with ./scripts/test (it installs tansu), or set it",
-    );
-    Broker::tansu(&bin, topics)
 }
 
 /// The pipeline of the end-to-end tests over `b`; with `at_end` it stops by itself
@@ -251,56 +230,6 @@ fn stage_fail(b: &Broker, at_end: bool) {
             (0..25).map(|i| format!("k-{i}")).collect::<Vec<_>>(),
             "attempt {attempt}"
         );
-    }
-}
-
-/// Produces `records` in `chunks` pieces, one every `every`, from a background thread.
-fn trickle(
-    b: &Broker,
-    topic: &'static str,
-    records: Vec<(i32, String, String)>,
-    chunks: usize,
-    every: Duration,
-) -> std::thread::JoinHandle<()> {
-    let client = b.producer();
-    std::thread::spawn(move || {
-        let per = records.len().div_ceil(chunks);
-        for chunk in records.chunks(per) {
-            client.produce(topic, chunk);
-            std::thread::sleep(every);
-        }
-    })
-}
-
-fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Child {
-    let err = std::fs::File::create(s.path(log)).expect("log file");
-    s.weir(&["run", yaml])
-        .env("WEIR_LOG", "info,weir::kafka=debug")
-        .stdout(std::process::Stdio::null())
-        .stderr(err)
-        .spawn()
-        .expect("spawning weir")
-}
-
-fn sigterm(c: &Child) {
-    let ok = std::process::Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok);
-}
-
-fn wait_ok(mut c: Child, what: &str, s: &Scratch, log: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(st) = c.try_wait().expect("wait") {
-            let text = std::fs::read_to_string(s.path(log)).unwrap_or_default();
-            assert!(st.success(), "{what} exited {st}: {text}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what} did not exit");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -435,4 +435,59 @@ mod tests {
         );
         assert!(parse(&text).unwrap_err().contains("used twice"));
     }
+
+    #[test]
+    fn exactly_once_needs_kafka_everywhere_on_one_cluster_and_names_the_field() {
+        let src = "source:\n  kafka:\n    brokers: a:9092,b:9092\n    topics: [in]\n    group: g\n";
+        let sink = "sink:\n  kafka:\n    brokers: b:9092, a:9092\n    topic: out\n";
+        let eos = "delivery: exactly-once\n";
+        // Kafka source, sink and dead-letter topic on one cluster (brokers in any order).
+        let ok = format!(
+            "{src}{sink}reject:\n  kafka:\n    brokers: a:9092,b:9092\n    topic: dlq\n{eos}"
+        );
+        assert_eq!(
+            parse(&ok).unwrap().delivery,
+            super::super::Delivery::ExactlyOnce
+        );
+        assert!(
+            parse(&format!("{src}{sink}{eos}")).is_ok(),
+            "no reject path: discard"
+        );
+        let cases = [
+            (
+                format!("source:\n  jsonl: {{ path: in.jsonl }}\n{sink}{eos}"),
+                "p.yaml:7: field `delivery`",
+                "needs a Kafka source",
+            ),
+            (
+                format!("{src}sink:\n  discard: {{}}\n{eos}"),
+                "p.yaml:6: field `sink`",
+                "needs a Kafka sink",
+            ),
+            (
+                format!("{src}{sink}reject:\n  jsonl: {{ path: r.jsonl }}\n{eos}"),
+                "p.yaml:10: field `reject`",
+                "needs a Kafka reject path",
+            ),
+            (
+                format!("{src}sink:\n  kafka:\n    brokers: c:9092\n    topic: out\n{eos}"),
+                "p.yaml:8: field `sink.kafka.brokers`",
+                "must be the source's cluster",
+            ),
+            (
+                format!("{src}{sink}reject:\n  kafka:\n    brokers: c:9092\n    topic: dlq\n{eos}"),
+                "p.yaml:12: field `reject.kafka.brokers`",
+                "must be the source's cluster",
+            ),
+            (
+                format!("{src}{sink}delivery: exactly_once\n"),
+                "p.yaml:10: field `delivery`",
+                "did you mean `exactly-once`?",
+            ),
+        ];
+        for (text, at, hint) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.starts_with(at) && err.contains(hint), "{text}\n{err}");
+        }
+    }
 }

@@ -1,0 +1,312 @@
+//! `delivery: exactly-once` end to end: the real `weir` binary against a real Kafka-protocol
+//! broker over TCP (tansu), real components, real signals and `kill -9`. A `read_committed`
+//! reader (the default of librdkafka, which the test reader is) must find every input exactly
+//! once in the outputs and the dead-letter topic together: 0 duplicates, 0 lost.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use weir_tests::kafka::{
+    high_watermarks, kafka_pipeline, records, sigterm, spawn_weir, tansu, trickle, wait_ok, Broker,
+};
+use weir_tests::plugins::MISBEHAVE;
+use weir_tests::{scratch, stage, Scratch};
+
+const PARTS: i32 = 3;
+
+/// Input values: every 10th is rejected by the stage (to the dead-letter topic).
+fn value(i: usize) -> String {
+    if i % 10 == 7 {
+        "reject".into()
+    } else {
+        format!("v-{i}")
+    }
+}
+
+fn pipeline(b: &Broker, s: &Scratch, group: &str) {
+    let stages = stage("m", MISBEHAVE, &[]);
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(&b.bootstrap, group, &stages, "", "delivery: exactly-once\n"),
+    );
+}
+
+/// How often each input key is in `out` and `dlq` together (read_committed).
+fn copies(b: &Broker) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for r in b.read("out").into_iter().chain(b.read("dlq")) {
+        *seen.entry(r.key).or_default() += 1;
+    }
+    seen
+}
+
+/// Waits (up to a minute) until every one of the `n` inputs is visible.
+fn wait_all_visible(b: &Broker, n: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if copies(b).len() == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not every input came out"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// 0 duplicates, 0 lost.
+fn assert_exactly_once(b: &Broker, n: usize) {
+    let seen = copies(b);
+    let dups: Vec<(&String, &usize)> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    let lost: Vec<String> = (0..n)
+        .map(|i| format!("k-{i}"))
+        .filter(|k| !seen.contains_key(k))
+        .collect();
+    assert!(
+        dups.is_empty() && lost.is_empty(),
+        "{} duplicated (first: {:?}), {} lost (first: {:?})",
+        dups.len(),
+        dups.iter().take(5).collect::<Vec<_>>(),
+        lost.len(),
+        lost.iter().take(5).collect::<Vec<_>>()
+    );
+}
+
+/// Waits until the group has committed something new (a transaction of this run).
+fn wait_commit_progress(b: &Broker, group: &str, before: &[Option<i64>], s: &Scratch, log: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.committed(group, "in", PARTS) == before {
+        assert!(
+            Instant::now() < deadline,
+            "no transaction committed: {}",
+            std::fs::read_to_string(s.path(log)).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn on_tansu_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once() {
+    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let n = 2000;
+    let producer = trickle(
+        &b,
+        "in",
+        records(n, PARTS, value),
+        20,
+        Duration::from_millis(100),
+    );
+    let s = scratch!();
+    pipeline(&b, &s, "g-eos-term");
+    let c = spawn_weir(&s, "p.yaml", "run-0.log");
+    wait_commit_progress(&b, "g-eos-term", &[None, None, None], &s, "run-0.log");
+    sigterm(&c);
+    wait_ok(c, "the first run", &s, "run-0.log");
+    producer.join().expect("producer");
+    let c = spawn_weir(&s, "p.yaml", "run-1.log");
+    wait_all_visible(&b, n, "the second run");
+    sigterm(&c);
+    wait_ok(c, "the second run", &s, "run-1.log");
+    assert_exactly_once(&b, n);
+    let ends: Vec<Option<i64>> = high_watermarks(&b, "in", PARTS)
+        .into_iter()
+        .map(Some)
+        .collect();
+    assert_eq!(b.committed("g-eos-term", "in", PARTS), ends);
+}
+
+#[test]
+fn on_tansu_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
+    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let n = 3000;
+    let producer = trickle(
+        &b,
+        "in",
+        records(n, PARTS, value),
+        30,
+        Duration::from_millis(75),
+    );
+    let s = scratch!();
+    pipeline(&b, &s, "g-eos-kill");
+    for i in 0..3 {
+        let log = format!("run-{i}.log");
+        let before = b.committed("g-eos-kill", "in", PARTS);
+        let mut c = spawn_weir(&s, "p.yaml", &log);
+        if i > 0 {
+            wait_commit_progress(&b, "g-eos-kill", &before, &s, &log);
+        }
+        // Killed with a transaction open (outputs produced, not yet committed).
+        std::thread::sleep(Duration::from_millis(120 + 70 * i as u64));
+        c.kill().expect("kill -9");
+        c.wait().expect("reaped");
+    }
+    producer.join().expect("producer");
+    let c = spawn_weir(&s, "p.yaml", "last.log");
+    wait_all_visible(&b, n, "the last run");
+    sigterm(&c);
+    wait_ok(c, "the last run", &s, "last.log");
+    assert_exactly_once(&b, n);
+}
+
+/// Runs weir to its exit (it must stop by itself) and returns the report.
+fn run_to_exit(s: &Scratch, c: std::process::Child, log: &str) -> (Option<i32>, serde_json::Value) {
+    let mut c = c;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = c.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "weir did not stop: {}",
+            std::fs::read_to_string(s.path(log)).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), s.report())
+}
+
+#[test]
+fn on_tansu_a_stage_fail_aborts_its_transaction_and_a_restart_meets_the_message_again() {
+    let b = tansu(&[("in", 1), ("out", 1), ("dlq", 1)]);
+    let s = scratch!();
+    pipeline(&b, &s, "g-eos-fail");
+    let first: Vec<(i32, String, String)> =
+        (0..100).map(|i| (0, format!("k-{i}"), value(i))).collect();
+    b.produce("in", &first);
+    let c = spawn_weir(&s, "p.yaml", "run-0.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.committed("g-eos-fail", "in", 1) != [Some(100)] {
+        assert!(
+            Instant::now() < deadline,
+            "the first 100 were not committed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // One batch with a `fail` in its middle: the transaction holding 100..149 aborts.
+    let rest: Vec<(i32, String, String)> = (100..200)
+        .map(|i| {
+            (
+                0,
+                format!("k-{i}"),
+                if i == 150 { "fail".into() } else { value(i) },
+            )
+        })
+        .collect();
+    b.produce("in", &rest);
+    let mut first_run = Some(c);
+    for run in 0..2 {
+        let log = format!("run-{run}.log");
+        let c = match first_run.take() {
+            Some(c) => c,
+            None => spawn_weir(&s, "p.yaml", &log),
+        };
+        let (code, report) = run_to_exit(&s, c, &log);
+        assert_eq!(code, Some(1), "run {run}: {report}");
+        assert_eq!(report["failure"]["offset"], 150, "run {run}: {report}");
+        let committed = b.committed("g-eos-fail", "in", 1)[0].expect("committed");
+        assert!((100..=150).contains(&committed), "{committed}");
+        // Exactly the inputs below the committed offset are visible, once each.
+        let seen = copies(&b);
+        for i in 0..200 {
+            let n = seen.get(&format!("k-{i}")).copied().unwrap_or(0);
+            let want = usize::from(i < committed as usize);
+            assert_eq!(
+                n, want,
+                "run {run}: k-{i} visible {n} times (committed {committed})"
+            );
+        }
+    }
+}
+
+/// Sends a signal by name (`STOP`, `CONT`) to a process.
+fn signal(c: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &c.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{sig}");
+}
+
+#[test]
+fn on_tansu_three_processes_joining_and_leaving_one_group_deliver_every_input_exactly_once() {
+    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let n = 3000;
+    let producer = trickle(
+        &b,
+        "in",
+        records(n, PARTS, value),
+        40,
+        Duration::from_millis(100),
+    );
+    let s = scratch!();
+    pipeline(&b, &s, "g-eos-group");
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let log = format!("member-{i}.log");
+        let before = b.committed("g-eos-group", "in", PARTS);
+        members.push((spawn_weir(&s, "p.yaml", &log), log.clone()));
+        wait_commit_progress(&b, "g-eos-group", &before, &s, &log);
+    }
+    // Two leave mid-stream (their partitions move to the one that stays).
+    for _ in 0..2 {
+        let (c, log) = members.remove(0);
+        sigterm(&c);
+        wait_ok(c, "a leaving member", &s, &log);
+    }
+    producer.join().expect("producer");
+    let (c, log) = members.remove(0);
+    wait_all_visible(&b, n, "the last member");
+    sigterm(&c);
+    wait_ok(c, "the last member", &s, &log);
+    assert_exactly_once(&b, n);
+}
+
+#[test]
+fn on_tansu_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
+    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let n = 2000;
+    let producer = trickle(
+        &b,
+        "in",
+        records(n, PARTS, value),
+        40,
+        Duration::from_millis(150),
+    );
+    let s = scratch!();
+    pipeline(&b, &s, "g-eos-zombie");
+    // The zombie's transactions stay open (a long commit interval): when it is paused it
+    // holds produced, uncommitted outputs for all its partitions.
+    let yaml = std::fs::read_to_string(s.path("p.yaml")).expect("yaml");
+    s.write(
+        "zombie.yaml",
+        &yaml.replace("commit_interval: 100ms", "commit_interval: 60s"),
+    );
+    let zombie = spawn_weir(&s, "zombie.yaml", "zombie.log");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(s.path("zombie.log"))
+        .unwrap_or_default()
+        .contains("partitions assigned")
+    {
+        assert!(Instant::now() < deadline, "the zombie got no partitions");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // Paused past the session timeout (6 s in the test pipeline) with its transactions open.
+    signal(&zombie, "STOP");
+    let heir = spawn_weir(&s, "p.yaml", "heir.log");
+    wait_commit_progress(&b, "g-eos-zombie", &[None, None, None], &s, "heir.log");
+    signal(&zombie, "CONT");
+    // The zombie cannot commit for partitions it lost: fenced, it stops.
+    let (code, _) = run_to_exit(&s, zombie, "zombie.log");
+    let log = std::fs::read_to_string(s.path("zombie.log")).unwrap_or_default();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("fenced"), "{log}");
+    producer.join().expect("producer");
+    wait_all_visible(&b, n, "the heir");
+    sigterm(&heir);
+    wait_ok(heir, "the heir", &s, "heir.log");
+    assert_exactly_once(&b, n);
+}
