@@ -131,12 +131,18 @@ impl Broker {
         produce(&self.bootstrap, topic, records, self.one_record_batches);
     }
 
-    /// Every record of `topic` in partition/offset order.
+    /// Every record of `topic` in partition/offset order, as a `read_committed` consumer
+    /// (librdkafka's default) sees it: records of aborted transactions and transaction
+    /// markers are not delivered.
     pub fn read(&self, topic: &str) -> Vec<Record> {
         let c: BaseConsumer = self
             .client()
             .set("group.id", "weir-tests-reader")
             .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            // A transactional topic ends in markers (and may hold aborted records), which are
+            // never delivered: the end of a partition is then known from the EOF event.
+            .set("enable.partition.eof", "true")
             .create()
             .expect("consumer");
         let mut ends = HashMap::new();
@@ -168,7 +174,13 @@ impl Broker {
             assert!(Instant::now() < deadline, "reading {topic} timed out");
             if let Some(m) = c.poll(Duration::from_millis(50)) {
                 idle_since = Instant::now();
-                let m = m.expect("consume");
+                let m = match m {
+                    Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
+                        ends.remove(&p);
+                        continue;
+                    }
+                    m => m.expect("consume"),
+                };
                 if ends.get(&m.partition()).is_some_and(|&e| m.offset() >= e) {
                     ends.remove(&m.partition());
                 }

@@ -24,10 +24,20 @@ fn value(i: usize) -> String {
 }
 
 fn pipeline(b: &Broker, s: &Scratch, group: &str) {
+    pipeline_with(b, s, group, "exactly-once");
+}
+
+fn pipeline_with(b: &Broker, s: &Scratch, group: &str, delivery: &str) {
     let stages = stage("m", MISBEHAVE, &[]);
     s.write(
         "p.yaml",
-        &kafka_pipeline(&b.bootstrap, group, &stages, "", "delivery: exactly-once\n"),
+        &kafka_pipeline(
+            &b.bootstrap,
+            group,
+            &stages,
+            "",
+            &format!("delivery: {delivery}\n"),
+        ),
     );
 }
 
@@ -118,26 +128,54 @@ fn on_tansu_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once(
 
 #[test]
 fn on_tansu_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
+    let (b, n) = kill_9_three_times("exactly-once");
+    assert_exactly_once(&b, n);
+}
+
+/// The control: the same kills at-least-once duplicate outputs (so the test above has teeth).
+#[test]
+fn on_tansu_the_same_kills_at_least_once_leave_duplicates() {
+    let (b, n) = kill_9_three_times("at-least-once");
+    let seen = copies(&b);
+    assert_eq!(seen.len(), n, "nothing lost");
+    let dups = seen.values().filter(|c| **c > 1).count();
+    assert!(
+        dups > 0,
+        "no duplicate: the kills did not land on uncommitted work"
+    );
+}
+
+/// Killed during start-up, then twice with work produced and not committed, while the input
+/// trickles in; then a run until every input is visible and a SIGTERM.
+fn kill_9_three_times(delivery: &str) -> (Broker, usize) {
     let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
     let producer = trickle(
         &b,
         "in",
         records(n, PARTS, value),
-        30,
-        Duration::from_millis(75),
+        60,
+        Duration::from_millis(100),
     );
     let s = scratch!();
-    pipeline(&b, &s, "g-eos-kill");
+    pipeline_with(&b, &s, "g-eos-kill", delivery);
+    // Commits every second: each kill lands with outputs produced and not committed.
+    let yaml = std::fs::read_to_string(s.path("p.yaml")).expect("yaml");
+    s.write(
+        "p.yaml",
+        &yaml.replace("commit_interval: 100ms", "commit_interval: 1s"),
+    );
     for i in 0..3 {
         let log = format!("run-{i}.log");
         let before = b.committed("g-eos-kill", "in", PARTS);
         let mut c = spawn_weir(&s, "p.yaml", &log);
         if i > 0 {
             wait_commit_progress(&b, "g-eos-kill", &before, &s, &log);
+            std::thread::sleep(Duration::from_millis(600));
+        } else {
+            // During start-up.
+            std::thread::sleep(Duration::from_millis(150));
         }
-        // Killed with a transaction open (outputs produced, not yet committed).
-        std::thread::sleep(Duration::from_millis(120 + 70 * i as u64));
         c.kill().expect("kill -9");
         c.wait().expect("reaped");
     }
@@ -146,7 +184,7 @@ fn on_tansu_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly
     wait_all_visible(&b, n, "the last run");
     sigterm(&c);
     wait_ok(c, "the last run", &s, "last.log");
-    assert_exactly_once(&b, n);
+    (b, n)
 }
 
 /// Runs weir to its exit (it must stop by itself) and returns the report.

@@ -309,7 +309,16 @@ impl Driver {
             }
             Err(e) => {
                 tracing::error!("{e}; aborting it, stopping");
-                abort(t, &l.key, &self.s.metrics);
+                if matches!(e, TxnError::Fenced { .. }) {
+                    // The new owner's producer took over the id: the broker aborted it.
+                    self.s
+                        .metrics
+                        .transactions
+                        .with_label_values(&["aborted"])
+                        .inc();
+                } else {
+                    abort(t, &l.key, &self.s.metrics);
+                }
                 let _ = self.s.events.send(DriverEvent::Error(e.into()));
                 false
             }

@@ -254,7 +254,16 @@ impl Transactions for KafkaTransactions {
     }
 
     fn abort(&self, key: &PartitionKey) -> Result<(), TxnError> {
-        self.owned(key, "abort")?
+        let producer = self.owned(key, "abort")?;
+        // A fenced producer is dead: the broker has aborted its transaction already, and
+        // asking it again would only wait for the timeout.
+        if let Some((_, why)) = producer.client().fatal_error() {
+            return Err(TxnError::Fenced {
+                key: key.clone(),
+                why,
+            });
+        }
+        producer
             .abort_transaction(TXN_TIMEOUT)
             .map_err(|e| txn_error(key, "abort", e))
     }
