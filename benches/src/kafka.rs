@@ -80,7 +80,11 @@ pub fn drain(yaml: &str) -> Duration {
     let cfg = weir::config::load_str(std::path::Path::new("bench.yaml"), yaml, &|_| None)
         .expect("bench pipeline");
     let report = runtime::run(&cfg, &RunOptions::default()).expect("pipeline runs");
-    assert_eq!(report.read as usize, N, "drained the whole topic");
-    assert!(report.reached_end);
+    assert_eq!(
+        report.read as usize, N,
+        "drained the whole topic: {:?} {:?}",
+        report.error, report.failure
+    );
+    assert!(report.reached_end, "{:?}", report.error);
     Duration::from_secs_f64(report.consuming_ms / 1e3)
 }

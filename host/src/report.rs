@@ -34,6 +34,16 @@ pub struct StageReport {
     pub sandbox: SandboxStats,
 }
 
+/// Kafka transactions of an exactly-once run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TransactionCounts {
+    /// Committed: their records visible, their offsets committed.
+    pub committed: u64,
+    /// Aborted: nothing of them visible (a stage fail, an undeliverable record, fenced, a
+    /// stop without draining).
+    pub aborted: u64,
+}
+
 /// Everything a run did.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -57,6 +67,9 @@ pub struct RunReport {
     pub committed: std::collections::BTreeMap<String, i64>,
     /// Partition assignments and revocations.
     pub rebalances: u64,
+    /// `delivery: exactly-once`: Kafka transactions committed and aborted (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<TransactionCounts>,
     /// Completions from an older assignment, ignored.
     pub stale_completions: u64,
     /// The source was drained to its end (always, for a local source read to its end).
@@ -149,6 +162,12 @@ impl RunReport {
             c.join(" "),
             self.rebalances
         ));
+        if let Some(t) = &self.transactions {
+            s.push_str(&format!(
+                "  transactions {} committed, {} aborted (exactly-once)\n",
+                t.committed, t.aborted
+            ));
+        }
         s
     }
 }

@@ -243,6 +243,10 @@ fn on_tansu_a_stage_fail_aborts_its_transaction_and_a_restart_meets_the_message_
         let (code, report) = run_to_exit(&s, c, &log);
         assert_eq!(code, Some(1), "run {run}: {report}");
         assert_eq!(report["failure"]["offset"], 150, "run {run}: {report}");
+        assert!(
+            report["transactions"]["aborted"].as_u64() >= Some(1),
+            "run {run}: {report}"
+        );
         let committed = b.committed("g-eos-fail", "in", 1)[0].expect("committed");
         assert!((100..=150).contains(&committed), "{committed}");
         // Exactly the inputs below the committed offset are visible, once each.

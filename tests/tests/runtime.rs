@@ -498,14 +498,27 @@ impl Transactions for FakeTxns {
     }
 
     fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), TxnError> {
-        if self.shared.world().txn.fenced.contains(key) {
+        let mut w = self.shared.world();
+        if w.txn.fenced.contains(key) {
+            // The new owner's producer took the id over: the broker aborted this one.
+            if w.txn.open.remove(key).is_some() {
+                w.txn.aborts += 1;
+            }
             return Err(TxnError::Fenced {
                 key: key.clone(),
                 why: "the fake broker: producer fenced".into(),
             });
         }
+        drop(w);
         // Committing flushes: every record is acknowledged first.
         self.shared.release();
+        if self.shared.fail_acks.load(Ordering::SeqCst) {
+            return Err(TxnError::Failed {
+                key: key.clone(),
+                what: "commit",
+                why: "the fake broker refused a record".into(),
+            });
+        }
         let mut w = self.shared.world();
         let Some(records) = w.txn.open.remove(key) else {
             w.violations
@@ -1273,4 +1286,25 @@ fn exactly_once_a_fenced_member_stops_and_nothing_of_its_open_transaction_is_vis
     assert_visible_once(&w, &p(0), 50);
     assert_eq!(w.txn.committed.get(&p(0)), Some(&50));
     assert!(w.txn.aborts >= 1);
+}
+
+#[test]
+fn exactly_once_an_undeliverable_record_aborts_the_transaction_and_stops() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        1,
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(40)),
+            Step::Until(|w| w.txn.committed.get(&p(0)) == Some(&40)),
+            Step::FailAcks,
+            Step::Append(p(0), oks(10)),
+        ],
+    );
+    assert!(out.controller.error.is_some(), "{:?}", out.controller);
+    let w = shared.world();
+    assert_visible_once(&w, &p(0), 40);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&40));
+    assert!(w.txn.aborts >= 1 && w.txn.open.is_empty());
 }

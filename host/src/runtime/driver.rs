@@ -156,6 +156,8 @@ struct DriverLane {
     last_processed: Option<i64>,
     /// Exactly-once: the transaction the lane's records go into.
     txn: Option<OpenTxn>,
+    /// Its partition's producer is ready (always, at-least-once).
+    opened: bool,
 }
 
 /// Starts the driver thread; it returns its stage numbers when it ends.
@@ -224,7 +226,7 @@ impl Driver {
                     }
                 }
             }
-            if self.broken || stopping == Some(false) {
+            if self.broken || stopping == Some(false) || !self.open_new_lanes() {
                 return false;
             }
             let draining = stopping == Some(true);
@@ -262,67 +264,128 @@ impl Driver {
         }
     }
 
-    /// Exactly-once: commits every lane's transaction that is due (its interval passed or
-    /// its bytes reached). False when one could not commit (it is aborted; the run stops).
-    fn commit_due(&mut self) -> bool {
+    /// Exactly-once: opens the producers of newly added lanes, all at once (each open is a
+    /// few broker round trips, and an assignment often brings many partitions). Opening one
+    /// fences the partition's previous owner and aborts what it left open. False when one
+    /// cannot be opened (the run stops).
+    fn open_new_lanes(&mut self) -> bool {
         let Some(t) = &self.s.transactions else {
             return true;
         };
-        let (interval, max_bytes) = (t.interval, t.max_bytes);
-        for i in 0..self.lanes.len() {
-            let due = self.lanes[i]
-                .txn
-                .as_ref()
-                .is_some_and(|x| x.since.elapsed() >= interval || x.bytes >= max_bytes);
-            if due && !self.commit_lane(i) {
-                return false;
+        let lanes = &self.lanes;
+        let opened: Vec<(usize, Result<(), TxnError>, Duration)> = std::thread::scope(|scope| {
+            let opening: Vec<_> = (0..lanes.len())
+                .filter(|&i| !lanes[i].opened)
+                .map(|i| {
+                    let (api, key) = (&t.api, &lanes[i].key);
+                    scope.spawn(move || {
+                        let t0 = Instant::now();
+                        (i, api.open(key), t0.elapsed())
+                    })
+                })
+                .collect();
+            opening
+                .into_iter()
+                .map(|h| h.join().expect("opening a producer panicked"))
+                .collect()
+        });
+        for (i, r, took) in opened {
+            let key = &self.lanes[i].key;
+            match r {
+                Ok(()) => {
+                    tracing::debug!(%key, ms = took.as_millis() as u64, "transactional producer opened");
+                    self.lanes[i].opened = true;
+                }
+                Err(e) => {
+                    tracing::error!("{e}; stopping");
+                    let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                    return false;
+                }
             }
         }
         true
     }
 
-    /// Commits lane `i`'s open transaction (if any). On failure it is aborted and the error
-    /// reported; false then.
-    fn commit_lane(&mut self, i: usize) -> bool {
+    /// Exactly-once: commits every lane's transaction that is due (its interval passed or
+    /// its bytes reached), all at once (each commit waits for the broker). False when one
+    /// could not commit (it is aborted; the run stops).
+    fn commit_due(&mut self) -> bool {
         let Some(t) = &self.s.transactions else {
             return true;
         };
-        let l = &mut self.lanes[i];
-        let Some(txn) = l.txn.take() else {
+        let (interval, max_bytes) = (t.interval, t.max_bytes);
+        let due: Vec<usize> = (0..self.lanes.len())
+            .filter(|&i| {
+                self.lanes[i]
+                    .txn
+                    .as_ref()
+                    .is_some_and(|x| x.since.elapsed() >= interval || x.bytes >= max_bytes)
+            })
+            .collect();
+        self.commit_lanes(&due)
+    }
+
+    /// Commits the open transactions of these lanes, concurrently. On a failure that
+    /// transaction is aborted and the error reported; false then.
+    fn commit_lanes(&mut self, lanes: &[usize]) -> bool {
+        let Some(t) = self.s.transactions.clone() else {
             return true;
         };
-        let Some(next) = txn.next else {
-            // Begun, nothing put in: nothing to commit.
-            return abort(t, &l.key, &self.s.metrics);
-        };
-        match t.api.commit(&l.key, next) {
-            Ok(()) => {
-                let m = &self.s.metrics;
-                m.transactions.with_label_values(&["committed"]).inc();
-                m.transaction_seconds
-                    .observe(txn.since.elapsed().as_secs_f64());
-                let _ = self.s.events.send(DriverEvent::Committed {
-                    key: l.key.clone(),
-                    next,
-                });
-                true
-            }
-            Err(e) => {
-                tracing::error!("{e}; aborting it, stopping");
-                if matches!(e, TxnError::Fenced { .. }) {
-                    // The new owner's producer took over the id: the broker aborted it.
-                    self.s
-                        .metrics
-                        .transactions
-                        .with_label_values(&["aborted"])
-                        .inc();
-                } else {
-                    abort(t, &l.key, &self.s.metrics);
+        let mut jobs = Vec::new();
+        for &i in lanes {
+            let l = &mut self.lanes[i];
+            let Some(txn) = l.txn.take() else { continue };
+            match txn.next {
+                Some(next) => jobs.push((i, next, txn.since)),
+                // Begun, nothing put in: nothing to commit.
+                None => {
+                    abort(&t, &l.key, &self.s.metrics);
                 }
-                let _ = self.s.events.send(DriverEvent::Error(e.into()));
-                false
             }
         }
+        let all = &self.lanes;
+        let results: Vec<(usize, i64, Instant, Result<(), TxnError>, Duration)> =
+            std::thread::scope(|scope| {
+                let running: Vec<_> = jobs
+                    .iter()
+                    .map(|&(i, next, since)| {
+                        let (api, key) = (&t.api, &all[i].key);
+                        scope.spawn(move || {
+                            let t0 = Instant::now();
+                            (i, next, since, api.commit(key, next), t0.elapsed())
+                        })
+                    })
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| h.join().expect("committing a transaction panicked"))
+                    .collect()
+            });
+        let mut ok = true;
+        for (i, next, since, result, took) in results {
+            let key = self.lanes[i].key.clone();
+            let m = &self.s.metrics;
+            tracing::debug!(%key, next, ms = took.as_millis() as u64, "transaction commit");
+            match result {
+                Ok(()) => {
+                    m.transactions.with_label_values(&["committed"]).inc();
+                    m.transaction_seconds.observe(since.elapsed().as_secs_f64());
+                    let _ = self.s.events.send(DriverEvent::Committed { key, next });
+                }
+                Err(e) => {
+                    tracing::error!("{e}; aborting it, stopping");
+                    if matches!(e, TxnError::Fenced { .. }) {
+                        // The new owner's producer took over the id: the broker aborted it.
+                        m.transactions.with_label_values(&["aborted"]).inc();
+                    } else {
+                        abort(&t, &key, m);
+                    }
+                    let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                    ok = false;
+                }
+            }
+        }
+        ok
     }
 
     /// At the end: after a clean drain every open transaction commits; otherwise (a stage
@@ -331,14 +394,9 @@ impl Driver {
         let Some(t) = self.s.transactions.clone() else {
             return;
         };
-        for i in 0..self.lanes.len() {
-            if clean {
-                if !self.commit_lane(i) {
-                    break;
-                }
-            } else if self.lanes[i].txn.take().is_some() {
-                abort(&t, &self.lanes[i].key, &self.s.metrics);
-            }
+        if clean {
+            let all: Vec<usize> = (0..self.lanes.len()).collect();
+            self.commit_lanes(&all);
         }
         for l in self.lanes.iter_mut() {
             if l.txn.take().is_some() {
@@ -354,42 +412,33 @@ impl Driver {
                 key,
                 generation,
                 rx,
-            }) => {
-                if let Some(t) = &self.s.transactions {
-                    // Fences the partition's previous owner and aborts what it left open.
-                    if let Err(e) = t.api.open(&key) {
-                        tracing::error!("{e}; stopping");
-                        let _ = self.s.events.send(DriverEvent::Error(e.into()));
-                        self.broken = true;
-                        return;
-                    }
-                }
-                self.lanes.push(DriverLane {
-                    lane: Lane {
-                        topic: key.topic.clone(),
-                        partition: key.partition,
-                    },
-                    key,
-                    generation,
-                    rx,
-                    pending: Vec::new(),
-                    pre_rejected: Vec::new(),
-                    bytes: 0,
-                    since: None,
-                    last_processed: None,
-                    txn: None,
-                })
-            }
+            }) => self.lanes.push(DriverLane {
+                lane: Lane {
+                    topic: key.topic.clone(),
+                    partition: key.partition,
+                },
+                key,
+                generation,
+                rx,
+                pending: Vec::new(),
+                pre_rejected: Vec::new(),
+                bytes: 0,
+                since: None,
+                last_processed: None,
+                txn: None,
+                opened: self.s.transactions.is_none(),
+            }),
             DriverControl::Revoke { lanes, ack } => {
                 // Exactly-once: the lane's transaction commits (everything in it acknowledged)
                 // or aborts before the partition is let go.
-                for i in 0..self.lanes.len() {
-                    let l = &self.lanes[i];
-                    if lanes.iter().any(|(k, g)| *k == l.key && *g == l.generation)
-                        && !self.commit_lane(i)
-                    {
-                        self.broken = true;
-                    }
+                let revoked: Vec<usize> = (0..self.lanes.len())
+                    .filter(|&i| {
+                        let l = &self.lanes[i];
+                        lanes.iter().any(|(k, g)| *k == l.key && *g == l.generation)
+                    })
+                    .collect();
+                if !self.commit_lanes(&revoked) {
+                    self.broken = true;
                 }
                 let mut done = Vec::new();
                 let txns = self.s.transactions.clone();

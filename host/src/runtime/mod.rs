@@ -49,7 +49,7 @@ use crate::config::{
 };
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
-use crate::report::{ExitState, RunReport, StageReport};
+use crate::report::{ExitState, RunReport, StageReport, TransactionCounts};
 use crate::sink::transactional::KafkaTransactions;
 use crate::sink::{line::LineSink, Role, Sink};
 use crate::source::kafka::KafkaSource;
@@ -335,6 +335,10 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         rejected: outcome.rejected,
         committed: c.committed.clone(),
         rebalances: c.rebalances,
+        transactions: (cfg.delivery == Delivery::ExactlyOnce).then(|| TransactionCounts {
+            committed: metrics.transactions.with_label_values(&["committed"]).get(),
+            aborted: metrics.transactions.with_label_values(&["aborted"]).get(),
+        }),
         stale_completions: c.stale,
         reached_end: c.reached_end,
         consuming_ms: c.consuming.as_secs_f64() * 1e3,

@@ -213,6 +213,14 @@ impl Transactions for KafkaTransactions {
             },
         )
         .map_err(|e| txn_error(key, "open", e))?;
+        // A connection to a broker of the cluster first (the bootstrap connection is dropped
+        // once the cluster's brokers are known): librdkafka looks for the transaction
+        // coordinator at once, and with no usable broker it retries only on a 500 ms timer.
+        for _ in 0..2 {
+            let _ = producer
+                .client()
+                .fetch_metadata(Some(&self.sink_topic), TXN_TIMEOUT);
+        }
         producer
             .init_transactions(TXN_TIMEOUT)
             .map_err(|e| txn_error(key, "open", e))?;
