@@ -307,8 +307,7 @@ impl Driver {
     }
 
     /// Exactly-once: commits every lane's transaction that is due (its interval passed or
-    /// its bytes reached), all at once (each commit waits for the broker). False when one
-    /// could not commit (it is aborted; the run stops).
+    /// its bytes reached). False when one could not commit (it is aborted; the run stops).
     fn commit_due(&mut self) -> bool {
         let Some(t) = &self.s.transactions else {
             return true;
@@ -325,8 +324,8 @@ impl Driver {
         self.commit_lanes(&due)
     }
 
-    /// Commits the open transactions of these lanes, concurrently. On a failure that
-    /// transaction is aborted and the error reported; false then.
+    /// Commits the open transactions of these lanes. On a failure that transaction is
+    /// aborted and the error reported; false then.
     fn commit_lanes(&mut self, lanes: &[usize]) -> bool {
         let Some(t) = self.s.transactions.clone() else {
             return true;
@@ -343,26 +342,13 @@ impl Driver {
                 }
             }
         }
-        let all = &self.lanes;
-        let results: Vec<(usize, i64, Instant, Result<(), TxnError>, Duration)> =
-            std::thread::scope(|scope| {
-                let running: Vec<_> = jobs
-                    .iter()
-                    .map(|&(i, next, since)| {
-                        let (api, key) = (&t.api, &all[i].key);
-                        scope.spawn(move || {
-                            let t0 = Instant::now();
-                            (i, next, since, api.commit(key, next), t0.elapsed())
-                        })
-                    })
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|h| h.join().expect("committing a transaction panicked"))
-                    .collect()
-            });
+        // One after another: once its records are acknowledged a commit is a round trip or
+        // two (~1 ms on the mock cluster).
         let mut ok = true;
-        for (i, next, since, result, took) in results {
+        for (i, next, since) in jobs {
+            let t0 = Instant::now();
+            let result = t.api.commit(&self.lanes[i].key, next);
+            let took = t0.elapsed();
             let key = self.lanes[i].key.clone();
             let m = &self.s.metrics;
             tracing::debug!(%key, next, ms = took.as_millis() as u64, "transaction commit");

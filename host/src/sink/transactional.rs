@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -216,10 +216,16 @@ impl Transactions for KafkaTransactions {
         // A connection to a broker of the cluster first (the bootstrap connection is dropped
         // once the cluster's brokers are known): librdkafka looks for the transaction
         // coordinator at once, and with no usable broker it retries only on a 500 ms timer.
-        for _ in 0..2 {
-            let _ = producer
+        // (A bootstrap connection answers as broker -1.)
+        for _ in 0..5 {
+            match producer
                 .client()
-                .fetch_metadata(Some(&self.sink_topic), TXN_TIMEOUT);
+                .fetch_metadata(Some(&self.sink_topic), TXN_TIMEOUT)
+            {
+                Ok(m) if m.orig_broker_id() >= 0 => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
         }
         producer
             .init_transactions(TXN_TIMEOUT)
@@ -251,6 +257,13 @@ impl Transactions for KafkaTransactions {
         producer
             .send_offsets_to_transaction(&offsets, &group, TXN_TIMEOUT)
             .map_err(|e| txn_error(key, "commit", e))?;
+        // Wait for the acknowledgements here: rdkafka's `commit_transaction` flushes first,
+        // and its flush, racing the producer's own polling thread for the delivery reports,
+        // sleeps in steps of 100 ms.
+        let deadline = Instant::now() + TXN_TIMEOUT;
+        while producer.in_flight_count() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
         let mut tries = 0;
         loop {
             match producer.commit_transaction(TXN_TIMEOUT) {
