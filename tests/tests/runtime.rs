@@ -70,6 +70,9 @@ struct TxnWorld {
     aborts: usize,
     /// Partitions another member has taken over: commits fail as fenced.
     fenced: BTreeSet<PartitionKey>,
+    /// Producers being opened now, and the most ever opened at the same time.
+    opening: usize,
+    most_opening: usize,
 }
 
 struct Shared {
@@ -475,7 +478,15 @@ struct FakeTxns {
 
 impl Transactions for FakeTxns {
     fn open(&self, key: &PartitionKey) -> Result<(), TxnError> {
+        // An open takes a few broker round trips.
+        {
+            let mut w = self.shared.world();
+            w.txn.opening += 1;
+            w.txn.most_opening = w.txn.most_opening.max(w.txn.opening);
+        }
+        std::thread::sleep(Duration::from_millis(2));
         let mut w = self.shared.world();
+        w.txn.opening -= 1;
         // A new owner fences the old one and aborts what it left open.
         if w.txn.open.remove(key).is_some() {
             w.txn.aborts += 1;
@@ -1159,6 +1170,31 @@ fn exactly_once_commits_outputs_rejects_and_offsets_in_one_transaction_per_parti
     assert!(w.txn.open.is_empty() && w.txn.opened.is_empty());
     assert_eq!(out.written, 8 * 148);
     assert_eq!(out.rejected, 8 * 2);
+}
+
+#[test]
+fn exactly_once_an_assignment_of_many_partitions_opens_their_producers_a_few_at_a_time() {
+    // Every open connects to the cluster; a broker's listen backlog is small and shared
+    // (librdkafka's mock cluster: 5), so a big assignment must not open them all at once.
+    let shared = Shared::new();
+    let keys: Vec<PartitionKey> = (0..64).map(p).collect();
+    let mut script = vec![Step::Assign(keys.clone())];
+    for k in &keys {
+        script.push(Step::Append(k.clone(), with_rejects(3, &[])));
+    }
+    script.push(Step::Close(keys.clone()));
+    let out = run_eos(&shared, 1, script);
+    assert!(out.controller.reached_end && out.controller.error.is_none());
+    let w = shared.world();
+    for k in &keys {
+        assert_visible_once(&w, k, 3);
+    }
+    assert!(
+        (2..=weir::runtime::OPENS_AT_ONCE).contains(&w.txn.most_opening),
+        "opened {} at once: concurrent, but at most {}",
+        w.txn.most_opening,
+        weir::runtime::OPENS_AT_ONCE
+    );
 }
 
 #[test]

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use self::controller::ControllerOutcome;
-pub use self::driver::{DriverError, TxnSetup};
+pub use self::driver::{DriverError, TxnSetup, OPENS_AT_ONCE};
 pub use self::lanes::{ControllerOptions, RuntimeError};
 pub use self::startup::{engine_for, prepare, Prepared, StartError};
 
