@@ -410,14 +410,43 @@ pub fn trickle(
     })
 }
 
-pub fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Child {
+/// A `weir run` child process, killed (SIGKILL) and reaped when dropped while still running,
+/// so a failing test leaves no pipeline behind.
+pub struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Starts `weir run YAML` in `s`, its log (stderr) in the file `log`.
+pub fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Running {
     let err = std::fs::File::create(s.path(log)).expect("log file");
-    s.weir(&["run", yaml])
-        .env("WEIR_LOG", "info,weir::kafka=debug")
-        .stdout(std::process::Stdio::null())
-        .stderr(err)
-        .spawn()
-        .expect("spawning weir")
+    Running(
+        s.weir(&["run", yaml])
+            .env("WEIR_LOG", "info,weir::kafka=debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("spawning weir"),
+    )
 }
 
 pub fn sigterm(c: &Child) {
@@ -429,7 +458,7 @@ pub fn sigterm(c: &Child) {
     assert!(ok);
 }
 
-pub fn wait_ok(mut c: Child, what: &str, s: &Scratch, log: &str) {
+pub fn wait_ok(mut c: Running, what: &str, s: &Scratch, log: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(st) = c.try_wait().expect("wait") {

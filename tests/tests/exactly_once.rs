@@ -188,7 +188,11 @@ fn kill_9_three_times(delivery: &str) -> (Broker, usize) {
 }
 
 /// Runs weir to its exit (it must stop by itself) and returns the report.
-fn run_to_exit(s: &Scratch, c: std::process::Child, log: &str) -> (Option<i32>, serde_json::Value) {
+fn run_to_exit(
+    s: &Scratch,
+    c: weir_tests::kafka::Running,
+    log: &str,
+) -> (Option<i32>, serde_json::Value) {
     let mut c = c;
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
