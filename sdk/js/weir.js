@@ -75,7 +75,7 @@ export function message({ key, value, headers = [], timestamp, topic } = {}) {
   return {
     key: bytes(key),
     value: bytes(value),
-    headers: headers.map(([k, v]) => ({ key: String(k), value: bytes(v) })),
+    headers: headers.map((h) => ({ key: String(h[0]), value: bytes(h[1]) })),
     timestamp: timestamp === undefined ? undefined : BigInt(timestamp),
     topic: topic === undefined || topic === null ? undefined : String(topic),
   };
@@ -83,8 +83,19 @@ export function message({ key, value, headers = [], timestamp, topic } = {}) {
 
 /** A copy of `msg` with some fields changed (headers copied). */
 export function replace(msg, changes = {}) {
-  const out = { ...msg, headers: [...msg.headers] };
-  for (const [k, v] of Object.entries(changes)) {
+  // No spread, destructuring or for-of in the SDK's per-message code: without a JIT each is the
+  // iterator protocol (an interpreted call and a result object per step).
+  const out = {
+    key: msg.key,
+    value: msg.value,
+    headers: msg.headers.slice(),
+    timestamp: msg.timestamp,
+    topic: msg.topic,
+  };
+  const keys = Object.keys(changes);
+  for (let i = 0; i < keys.length; i++) {
+    const k = keys[i];
+    const v = changes[k];
     if (k === "key" || k === "value") out[k] = bytes(v);
     else if (k === "headers") out.headers = v.map((h) => (Array.isArray(h) ? { key: h[0], value: bytes(h[1]) } : h));
     else if (k === "timestamp") out.timestamp = v === undefined ? undefined : BigInt(v);
@@ -153,8 +164,13 @@ const ABSENT = 0xffff_ffff;
 const NO_TIMESTAMP = -(2n ** 63n);
 const VERDICT = { keep: 0, next: 1, reject: 2, fail: 3 };
 
-/** Reads the packed input batch: `[meta, message][]` with the same shapes as the typed path. */
-function decodeBatch(input) {
+/**
+ * Reads the packed input batch and hands each message to `each(msg, meta)` (the same shapes as
+ * on the typed path) as it is read, until `each` returns false. Indexed loops and no
+ * intermediate arrays: the per-message work of the glue is what a stage without a JIT pays on
+ * top of its own.
+ */
+function readBatch(input, each) {
   const view = new DataView(input.buffer, input.byteOffset, input.byteLength);
   if (view.getUint32(0, true) !== MAGIC || view.getUint32(4, true) !== 1) {
     throw new Error("weir: not a version-1 packed batch");
@@ -164,13 +180,6 @@ function decodeBatch(input) {
   const topic = decoder.decode(input.subarray(16, 16 + topicLen));
   const partition = view.getInt32(16 + topicLen, true);
   let p = 20 + topicLen;
-  const bytesAt = (len) => {
-    if (len === ABSENT) return undefined;
-    const b = input.subarray(p, p + len);
-    p += len;
-    return b;
-  };
-  const out = new Array(count);
   for (let i = 0; i < count; i++) {
     const offset = view.getBigInt64(p, true);
     const ts = view.getBigInt64(p + 8, true);
@@ -178,22 +187,33 @@ function decodeBatch(input) {
     const valueLen = view.getUint32(p + 20, true);
     const headerCount = view.getUint32(p + 24, true);
     p += 28;
-    const key = bytesAt(keyLen);
-    const value = bytesAt(valueLen);
-    const headers = new Array(headerCount);
+    let key;
+    if (keyLen !== ABSENT) {
+      key = input.subarray(p, p + keyLen);
+      p += keyLen;
+    }
+    let value;
+    if (valueLen !== ABSENT) {
+      value = input.subarray(p, p + valueLen);
+      p += valueLen;
+    }
+    const headers = [];
     for (let h = 0; h < headerCount; h++) {
       const hk = view.getUint32(p, true);
       const hv = view.getUint32(p + 4, true);
       p += 8;
-      const hkey = decoder.decode(bytesAt(hk));
-      headers[h] = { key: hkey, value: bytesAt(hv) };
+      const hkey = decoder.decode(input.subarray(p, p + hk));
+      p += hk;
+      let hvalue;
+      if (hv !== ABSENT) {
+        hvalue = input.subarray(p, p + hv);
+        p += hv;
+      }
+      headers.push({ key: hkey, value: hvalue });
     }
-    out[i] = [
-      { topic, partition, offset },
-      { key, value, headers, timestamp: ts === NO_TIMESTAMP ? undefined : ts, topic: undefined },
-    ];
+    const msg = { key, value, headers, timestamp: ts === NO_TIMESTAMP ? undefined : ts, topic: undefined };
+    if (!each(msg, { topic, partition, offset })) return;
   }
-  return out;
 }
 
 /** Grows as needed; what `processBatch` answers is written here. */
@@ -238,13 +258,27 @@ class Writer {
   }
 }
 
-// Not `instanceof`: the runtime hands inputs over as Uint8Arrays of another realm.
-const isBytes = (v) => ArrayBuffer.isView(v) && Object.prototype.toString.call(v) === "[object Uint8Array]";
+// `instanceof` first (the batch path's inputs and what a stage makes), then the check that also
+// holds for the typed path's inputs, Uint8Arrays of another realm.
+const isBytes = (v) =>
+  v instanceof Uint8Array || (ArrayBuffer.isView(v) && Object.prototype.toString.call(v) === "[object Uint8Array]");
 
 function optionalBytes(v, what) {
   if (v === undefined || v === null) return undefined;
   if (isBytes(v)) return v;
   throw new TypeError(`weir: a message's ${what} must be a Uint8Array or undefined (see weir.bytes)`);
+}
+
+// Header keys repeat from message to message: their UTF-8 bytes are kept (a bounded cache).
+const headerKeyBytes = new Map();
+function headerKey(k) {
+  let b = headerKeyBytes.get(k);
+  if (b === undefined) {
+    if (headerKeyBytes.size >= 256) headerKeyBytes.clear();
+    b = encoder.encode(k);
+    headerKeyBytes.set(k, b);
+  }
+  return b;
 }
 
 function encodeMessage(w, m) {
@@ -253,16 +287,38 @@ function encodeMessage(w, m) {
   const value = optionalBytes(m.value, "value");
   const topic = m.topic === undefined || m.topic === null ? undefined : encoder.encode(String(m.topic));
   const headers = m.headers ?? [];
-  w.i64(m.timestamp === undefined || m.timestamp === null ? NO_TIMESTAMP : BigInt.asIntN(64, BigInt(m.timestamp)));
-  w.u32(topic === undefined ? ABSENT : topic.length);
-  w.u32(key === undefined ? ABSENT : key.length);
-  w.u32(value === undefined ? ABSENT : value.length);
-  w.u32(headers.length);
-  if (topic !== undefined) w.raw(topic);
-  if (key !== undefined) w.raw(key);
-  if (value !== undefined) w.raw(value);
-  for (const h of headers) {
-    const hk = encoder.encode(String(h.key));
+  const t = m.timestamp;
+  // setBigInt64 wraps to 64 bits itself; a number is made a BigInt (a fraction throws).
+  const ts = t === undefined || t === null ? NO_TIMESTAMP : typeof t === "bigint" ? t : BigInt(t);
+  const topicLen = topic === undefined ? 0 : topic.length;
+  const keyLen = key === undefined ? 0 : key.length;
+  const valueLen = value === undefined ? 0 : value.length;
+  w.reserve(28 + topicLen + keyLen + valueLen);
+  const view = w.view;
+  let at = w.len;
+  view.setBigInt64(at, ts, true);
+  view.setUint32(at + 8, topic === undefined ? ABSENT : topicLen, true);
+  view.setUint32(at + 12, key === undefined ? ABSENT : keyLen, true);
+  view.setUint32(at + 16, value === undefined ? ABSENT : valueLen, true);
+  view.setUint32(at + 20, headers.length, true);
+  at += 24;
+  const buf = w.buf;
+  if (topic !== undefined) {
+    buf.set(topic, at);
+    at += topicLen;
+  }
+  if (key !== undefined) {
+    buf.set(key, at);
+    at += keyLen;
+  }
+  if (value !== undefined) {
+    buf.set(value, at);
+    at += valueLen;
+  }
+  w.len = at;
+  for (let i = 0; i < headers.length; i++) {
+    const h = headers[i];
+    const hk = headerKey(String(h.key));
     const hv = optionalBytes(h.value, "header value");
     w.u32(hk.length);
     w.u32(hv === undefined ? ABSENT : hv.length);
@@ -283,26 +339,28 @@ export function batch(stageExport) {
   let size = 4096;
   return {
     processBatch(input) {
-      const messages = decodeBatch(input);
       const outcomes = [];
-      for (const [meta, msg] of messages) {
+      readBatch(input, (msg, meta) => {
         const o = stageExport.process(msg, meta);
         outcomes.push(o);
-        if (o.tag === "fail") break;
-      }
+        return o.tag !== "fail";
+      });
+      const n = outcomes.length;
       const w = new Writer(size);
-      w.u32(outcomes.length);
-      for (const o of outcomes) {
-        const v = VERDICT[o.tag];
-        if (v === undefined) throw new TypeError(`weir: unknown outcome ${o.tag}`);
-        w.u8(v);
+      w.u32(n);
+      w.reserve(n);
+      for (let i = 0; i < n; i++) {
+        const v = VERDICT[outcomes[i].tag];
+        if (v === undefined) throw new TypeError(`weir: unknown outcome ${outcomes[i].tag}`);
+        w.buf[w.len++] = v;
       }
-      for (const o of outcomes) {
+      for (let i = 0; i < n; i++) {
+        const o = outcomes[i];
         if (o.tag === "next") {
           const list = o.val;
           if (!Array.isArray(list)) throw new TypeError("weir: `next` takes a list of messages");
           w.u32(list.length);
-          for (const m of list) encodeMessage(w, m);
+          for (let j = 0; j < list.length; j++) encodeMessage(w, list[j]);
         } else if (o.tag === "reject" || o.tag === "fail") {
           w.text(o.val);
         }
