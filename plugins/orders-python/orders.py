@@ -21,12 +21,17 @@ def _no_constants(name: str):
     raise ValueError(f"{name} is not JSON")  # Python accepts NaN/Infinity; JSON does not
 
 
+# Made once: `json.loads`/`json.dumps` with options build a new decoder/encoder on every call.
+_DECODE = json.JSONDecoder(parse_constant=_no_constants).decode
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 @weir.stage(init=setup)
 def orders(msg: weir.Message, cfg: dict[str, str]) -> weir.Outcome:
     if msg.value is None:
         return weir.reject("no value")
     try:
-        doc = json.loads(msg.value.decode("utf-8"), parse_constant=_no_constants)
+        doc = _DECODE(msg.value.decode("utf-8"))
     except ValueError:  # also UnicodeDecodeError
         return weir.reject("malformed JSON")
     if not isinstance(doc, dict):
@@ -34,4 +39,4 @@ def orders(msg: weir.Message, cfg: dict[str, str]) -> weir.Outcome:
     if doc.get(cfg["field"]) != cfg["equals"]:
         return weir.drop()
     doc[cfg["tag"]] = cfg["tag_value"]
-    return weir.replace(msg, value=json.dumps(doc, separators=(",", ":"), ensure_ascii=False))
+    return weir.replace(msg, value=_ENCODE(doc))

@@ -32,7 +32,6 @@ What ``process`` may return:
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import struct
 from typing import Any, Callable, Iterable, Optional, Union
@@ -97,15 +96,23 @@ def message(value=None, key=None, headers: Iterable = (), timestamp: Optional[in
 
 def replace(msg: Message, **changes: Any) -> Message:
     """A copy of ``msg`` with some fields changed (``value="..."`` etc.; headers are copied)."""
-    for name in ("key", "value"):
-        if name in changes:
-            changes[name] = _bytes(changes[name])
+    # Built directly: ``dataclasses.replace`` looks the fields up again on every call.
+    unknown = changes.keys() - _MESSAGE_FIELDS
+    if unknown:
+        raise TypeError(f"a message has no field {sorted(unknown)[0]}")
+    key = _bytes(changes["key"]) if "key" in changes else msg.key
+    value = _bytes(changes["value"]) if "value" in changes else msg.value
     if "headers" in changes:
-        changes["headers"] = [h if isinstance(h, Header) else Header(h[0], _bytes(h[1]))
-                              for h in changes["headers"]]
+        headers = [h if isinstance(h, Header) else Header(h[0], _bytes(h[1]))
+                   for h in changes["headers"]]
     else:
-        changes["headers"] = list(msg.headers)
-    return dataclasses.replace(msg, **changes)
+        headers = list(msg.headers)
+    return Message(key, value, headers,
+                   changes["timestamp"] if "timestamp" in changes else msg.timestamp,
+                   changes["topic"] if "topic" in changes else msg.topic)
+
+
+_MESSAGE_FIELDS = frozenset(("key", "value", "headers", "timestamp", "topic"))
 
 
 def header(msg: Message, key: str, value=None) -> Message:
@@ -196,8 +203,9 @@ _OUTPUT = struct.Struct("<qIIII")
 _U32 = struct.Struct("<I")
 
 
-def _decode(data: bytes):
-    """The packed input batch as ``(message, metadata)`` pairs, the typed path's shapes."""
+def _decode(data: bytes, with_meta: bool):
+    """The packed input batch as ``(message, metadata)`` pairs, the typed path's shapes (the
+    metadata ``None`` unless the stage function takes it: one object less per message)."""
     magic, version, count, topic_len = _BATCH_HEAD.unpack_from(data, 0)
     if magic != _MAGIC or version != 1:
         raise ValueError("weir: not a version-1 packed batch")
@@ -229,7 +237,7 @@ def _decode(data: bytes):
                 headers.append(Header(name, data[p:p + hv]))
                 p += hv
         yield (Message(key, value, headers, None if ts == _NO_TIMESTAMP else ts, None),
-               Metadata(topic, partition, offset))
+               Metadata(topic, partition, offset) if with_meta else None)
 
 
 def _checked_bytes(v: Any, what: str) -> Optional[bytes]:
@@ -283,7 +291,7 @@ class Batch:
         call = _registered["call"]
         verdicts = bytearray()
         body = bytearray()
-        for msg, meta in _decode(input):
+        for msg, meta in _decode(input, _registered["meta"]):
             o = _outcome(call(msg, meta))
             if isinstance(o, _types.Outcome_Keep):
                 verdicts.append(0)
