@@ -201,6 +201,7 @@ _INPUT = struct.Struct("<qqIII")
 _PAIR = struct.Struct("<II")
 _OUTPUT = struct.Struct("<qIIII")
 _U32 = struct.Struct("<I")
+_ONE = _U32.pack(1)
 
 
 def _decode(data: bytes, with_meta: bool):
@@ -292,7 +293,17 @@ class Batch:
         verdicts = bytearray()
         body = bytearray()
         for msg, meta in _decode(input, _registered["meta"]):
-            o = _outcome(call(msg, meta))
+            r = call(msg, meta)
+            # The two commonest answers without making an Outcome first.
+            if r is _KEEP or r is True:
+                verdicts.append(0)
+                continue
+            if isinstance(r, Message):
+                verdicts.append(1)
+                body += _ONE
+                _encode_message(body, r)
+                continue
+            o = _outcome(r)
             if isinstance(o, _types.Outcome_Keep):
                 verdicts.append(0)
             elif isinstance(o, _types.Outcome_Next):
