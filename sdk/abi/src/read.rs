@@ -200,6 +200,7 @@ impl<'a> BatchReader<'a> {
 impl<'a> Iterator for BatchReader<'a> {
     type Item = Result<InMessage<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.remaining == 0 {
             return None;

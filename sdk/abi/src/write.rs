@@ -111,6 +111,9 @@ impl ResultWriter {
         }
     }
 
+    // `#[inline]` here and on the answers: they are called per message from the stage's
+    // crate, and without it (and without LTO) each stays an out-of-line call.
+    #[inline]
     fn verdict(&mut self, v: u8) {
         assert!(self.answered < self.expected, "more answers than messages");
         self.buf[4 + self.answered] = v;
@@ -118,12 +121,16 @@ impl ResultWriter {
     }
 
     /// The message continues unchanged.
+    #[inline]
     pub fn keep(&mut self) {
-        self.verdict(KEEP);
+        // The verdicts start out as `keep`: only the count moves.
+        assert!(self.answered < self.expected, "more answers than messages");
+        self.answered += 1;
     }
 
     /// The message is replaced by `count` messages, which the caller then writes with
     /// [`ResultWriter::message`] exactly `count` times.
+    #[inline]
     pub fn next(&mut self, count: usize) {
         self.verdict(NEXT);
         put_u32(&mut self.buf, count as u32);
