@@ -274,7 +274,10 @@ fn a_python_stage_gets_no_files_environment_or_network_unless_granted() {
 fn python_and_js_stages_that_trap_loop_or_hoard_memory_are_contained() {
     for lang in ["python", "js"] {
         let s = scratch!();
-        let limits = "    limits:\n      timeout: 300ms\n      memory: 96MiB\n";
+        // A deadline with room: it is wall-clock time, and on a loaded machine (a fresh CI run
+        // builds and compiles other stages meanwhile) 300 ms once ran out on the first message
+        // of a fresh Python instance.
+        let limits = "    limits:\n      timeout: 2s\n      memory: 96MiB\n";
         let r = probe(
             &s,
             &format!("probe-{lang}"),
@@ -297,11 +300,7 @@ fn python_and_js_stages_that_trap_loop_or_hoard_memory_are_contained() {
             "{lang}: {}",
             r[0]
         );
-        assert!(
-            r[1].contains("deadline of 300ms exceeded"),
-            "{lang}: {}",
-            r[1]
-        );
+        assert!(r[1].contains("deadline of 2s exceeded"), "{lang}: {}", r[1]);
         assert!(
             r[2].contains("memory limit of 96MiB exceeded"),
             "{lang}: {}",
