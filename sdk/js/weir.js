@@ -230,19 +230,10 @@ class Writer {
     this.buf = grown;
     this.view = new DataView(grown.buffer);
   }
-  u8(v) {
-    this.reserve(1);
-    this.buf[this.len++] = v;
-  }
   u32(v) {
     this.reserve(4);
     this.view.setUint32(this.len, v, true);
     this.len += 4;
-  }
-  i64(v) {
-    this.reserve(8);
-    this.view.setBigInt64(this.len, v, true);
-    this.len += 8;
   }
   raw(b) {
     this.reserve(b.length);
@@ -293,7 +284,7 @@ function encodeMessage(w, m) {
   const topicLen = topic === undefined ? 0 : topic.length;
   const keyLen = key === undefined ? 0 : key.length;
   const valueLen = value === undefined ? 0 : value.length;
-  w.reserve(28 + topicLen + keyLen + valueLen);
+  w.reserve(24 + topicLen + keyLen + valueLen); // the fixed part: timestamp and four u32
   const view = w.view;
   let at = w.len;
   view.setBigInt64(at, ts, true);
