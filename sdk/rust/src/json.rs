@@ -25,6 +25,8 @@ use std::fmt;
 use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+mod scan;
+
 /// Why a value could not be read as a JSON object.
 #[derive(Debug)]
 pub enum JsonError {
@@ -158,6 +160,11 @@ impl<'a> Object<'a> {
     /// Checks `bytes` (the whole text must be one valid JSON value) and keeps the top-level
     /// fields when it is an object.
     pub fn parse(bytes: &'a [u8]) -> Result<Object<'a>, JsonError> {
+        // The common case in one pass written for wasm; serde_json decides everything else
+        // (and words the error).
+        if let Some(fields) = scan::object_fields(bytes) {
+            return Ok(Object { fields });
+        }
         let parsed = Self::read(serde_json::Deserializer::from_slice(bytes));
         match parsed {
             Ok(fields) => Ok(Object { fields }),
