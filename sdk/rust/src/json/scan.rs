@@ -15,6 +15,7 @@
 //! which gives the same fields or the error serde_json would give.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// The fields of an object, as [`super::Object`] holds them.
 pub(super) type Fields<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
@@ -49,19 +50,23 @@ fn is_ws(b: u8) -> bool {
 /// A cursor over validated UTF-8 text.
 struct Scan<'a> {
     text: &'a str,
-    b: &'a [u8],
     i: usize,
 }
 
 impl<'a> Scan<'a> {
     #[inline(always)]
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
+        self.bytes().get(self.i).copied()
     }
 
     #[inline(always)]
     fn ws(&mut self) -> Option<u8> {
-        while let Some(&c) = self.b.get(self.i) {
+        while let Some(&c) = self.bytes().get(self.i) {
             if !is_ws(c) {
                 return Some(c);
             }
@@ -74,7 +79,7 @@ impl<'a> Scan<'a> {
     /// Returns whether it had an escape.
     #[inline(always)]
     fn string(&mut self) -> Option<bool> {
-        let b = self.b;
+        let b = self.bytes();
         let mut i = self.i + 1;
         let mut escaped = false;
         loop {
@@ -117,7 +122,7 @@ impl<'a> Scan<'a> {
     /// A number (JSON's grammar: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`).
     #[inline(always)]
     fn number(&mut self) -> Option<()> {
-        let b = self.b;
+        let b = self.bytes();
         let mut i = self.i;
         if b.get(i) == Some(&b'-') {
             i += 1;
@@ -151,7 +156,7 @@ impl<'a> Scan<'a> {
 
     #[inline(always)]
     fn literal(&mut self, word: &[u8]) -> Option<()> {
-        if self.b.get(self.i..self.i + word.len())? != word {
+        if self.bytes().get(self.i..self.i + word.len())? != word {
             return None;
         }
         self.i += word.len();
@@ -171,7 +176,7 @@ impl<'a> Scan<'a> {
                     self.string()?;
                 }
                 b'{' | b'[' => {
-                    let object = self.b[self.i] == b'{';
+                    let object = self.bytes()[self.i] == b'{';
                     self.i += 1;
                     let next = self.ws()?;
                     if next == if object { b'}' } else { b']' } {
@@ -218,19 +223,21 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// `"key" :` inside a nested object (any key: only validated), the cursor on its quote;
-    /// leaves the cursor after the colon.
+    /// `"key" :`, the cursor on its quote; leaves the cursor after the colon. Returns where the
+    /// key's text lies between the quotes (escapes not decoded) and whether it had an escape.
     #[inline(always)]
-    fn key(&mut self) -> Option<()> {
+    fn key(&mut self) -> Option<(Range<usize>, bool)> {
         if self.peek()? != b'"' {
             return None;
         }
-        self.string()?;
+        let start = self.i + 1;
+        let escaped = self.string()?;
+        let end = self.i - 1;
         if self.ws()? != b':' {
             return None;
         }
         self.i += 1;
-        Some(())
+        Some((start..end, escaped))
     }
 }
 
@@ -246,11 +253,7 @@ fn digits(b: &[u8], mut i: usize) -> usize {
 /// whose nesting is at most [`MAX_DEPTH`] deep; `None` when serde_json's path must decide.
 pub(super) fn object_fields(bytes: &[u8]) -> Option<Fields<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut s = Scan {
-        text,
-        b: bytes,
-        i: 0,
-    };
+    let mut s = Scan { text, i: 0 };
     if s.ws()? != b'{' {
         return None;
     }
@@ -260,18 +263,11 @@ pub(super) fn object_fields(bytes: &[u8]) -> Option<Fields<'_>> {
         s.i += 1;
     } else {
         loop {
-            if s.peek()? != b'"' {
+            let (key, escaped) = s.key()?;
+            if escaped {
                 return None;
             }
-            let start = s.i + 1;
-            if s.string()? {
-                return None;
-            }
-            let key = s.text.get(start..s.i - 1)?;
-            if s.ws()? != b':' {
-                return None;
-            }
-            s.i += 1;
+            let key = s.text.get(key)?;
             s.ws()?;
             let from = s.i;
             s.value()?;
