@@ -131,7 +131,10 @@ impl Admin {
         let url = req.url().to_owned();
         let path = url.split('?').next().unwrap_or("");
         match path {
-            "/metrics" => return (200, self.metrics.render(), false),
+            "/metrics" => {
+                let text = self.metrics.render();
+                return (200, crate::redact::redact(&text).into_owned(), false);
+            }
             "/healthz" => return (200, "ok\n".to_owned(), false),
             "/readyz" if self.metrics.ready.load(Ordering::Relaxed) => {
                 return (200, "ready\n".to_owned(), false)

@@ -12,6 +12,7 @@
 //! * [`runtime`] — the one runtime: controller, lanes, drivers, flow control, commits, shutdown,
 //! * [`kafka`] — librdkafka plumbing shared by the Kafka source and sink, and the embedded broker,
 //! * [`metrics`] — Prometheus metrics (a leaf everything reports into),
+//! * [`redact`] — secrets out of logs, errors, the report and `/metrics`,
 //! * [`reload`] — hot swap of plugins while the pipeline runs,
 //! * [`rollout`] — each stage's live version and candidate: shadow, canary, promotion, rollback,
 //! * [`admin`] — the HTTP listener: metrics, health and the admin API (`/stages`),
@@ -28,6 +29,7 @@ pub mod jsonl;
 pub mod kafka;
 pub mod message;
 pub mod metrics;
+pub mod redact;
 pub mod reload;
 pub mod report;
 pub mod rollout;

@@ -88,12 +88,17 @@ pub struct RunReport {
     pub failure: Option<Failure>,
     /// Set when a sink or the source broke.
     pub error: Option<String>,
+    /// With `error`, when a Kafka client could not go on: `configuration`, `credentials`
+    /// (exit 2) or `runtime` (exit 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
 }
 
 impl RunReport {
     /// Writes the report as JSON (creating the folder); a failure is logged, not fatal.
     pub fn write(&self, path: &std::path::Path) {
         let json = serde_json::to_string_pretty(self).expect("report serializes");
+        let json = crate::redact::redact(&json).into_owned();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             let _ = std::fs::create_dir_all(dir);
         }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 pub mod kafka;
 pub mod languages;
+pub mod secure;
 
 /// Paths of the plugin components built from `plugins/` by this crate's build script.
 pub mod plugins {

@@ -3,11 +3,27 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-pub fn check(path: &Path) -> ExitCode {
+pub fn check(path: &Path, connect: bool) -> ExitCode {
     let cfg = match crate::config::load(path) {
         Ok(c) => c,
         Err(e) => return super::bad_input(e),
     };
+    if connect {
+        if !crate::kafka::preflight::applies(&cfg) {
+            println!("no Kafka source, sink or reject path: nothing to connect to");
+        }
+        let printed = crate::kafka::preflight::run(&cfg, cfg.runtime.connect_timeout, &mut |l| {
+            println!("{}", crate::redact::redact(&l.to_string()));
+        });
+        if let Err(f) = printed {
+            println!(
+                "FAIL  {:<12} {}",
+                f.client,
+                crate::redact::redact(&f.message)
+            );
+            return super::client_failure(&f);
+        }
+    }
     let prepared = match crate::runtime::prepare(&cfg) {
         Ok(p) => p,
         Err(e) => return super::bad_input(e),

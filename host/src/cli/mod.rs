@@ -48,6 +48,13 @@ enum Command {
     Check {
         /// The pipeline YAML.
         pipeline: PathBuf,
+        /// Also connect to the Kafka cluster with the pipeline's settings (first): the
+        /// brokers answer, TLS and SASL pass, the topics exist and can be read, the group can
+        /// be used, the sink and reject topics exist or may be created, and under exactly-once
+        /// a transactional id can be initialised. One line per check; exit 2 at the first that
+        /// fails.
+        #[arg(long)]
+        connect: bool,
     },
     /// Run one stage over local messages and print each outcome as a JSON line.
     Test(test::TestArgs),
@@ -108,7 +115,7 @@ pub fn main() -> ExitCode {
     }
     match cli.command {
         Command::Run(args) => run::run(&args),
-        Command::Check { pipeline } => check::check(&pipeline),
+        Command::Check { pipeline, connect } => check::check(&pipeline, connect),
         Command::Test(args) => test::test(&args),
         Command::Compile(args) => compile::compile(&args),
         Command::Inspect { plugin } => inspect::inspect(&plugin),
@@ -134,6 +141,7 @@ static JSON_LOGS: AtomicBool = AtomicBool::new(false);
 
 /// A line for the person at the terminal: on stderr, or a log event when logs are JSON.
 fn note(text: &str) {
+    let text = crate::redact::redact(text);
     if JSON_LOGS.load(Ordering::Relaxed) {
         tracing::info!("{text}");
     } else {
@@ -152,7 +160,8 @@ fn summary(report: &crate::report::RunReport) {
             "exit report"
         );
     } else {
-        let _ = write!(std::io::stderr(), "{}", report.summary());
+        let text = report.summary();
+        let _ = write!(std::io::stderr(), "{}", crate::redact::redact(&text));
     }
 }
 
@@ -163,7 +172,8 @@ fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
+        // Secrets the pipeline holds never reach the log (crate::redact).
+        .with_writer(|| crate::redact::Redacting(std::io::stderr()))
         // A closed stderr (`weir run … 2>&1 | head`) drops log lines; it must not panic a thread.
         .log_internal_errors(false);
     match format {
@@ -184,8 +194,18 @@ fn plugin_name(path: &std::path::Path) -> String {
     )
 }
 
+/// Prints a Kafka client failure and returns its exit code (2 for configuration and
+/// credentials, 1 otherwise).
+fn client_failure(f: &crate::kafka::fatal::ClientFailure) -> ExitCode {
+    let code = f.kind.exit_code();
+    bad_input(f);
+    ExitCode::from(code)
+}
+
 /// Prints an error for bad input and returns exit code 2.
 fn bad_input(e: impl std::fmt::Display) -> ExitCode {
+    let e = e.to_string();
+    let e = crate::redact::redact(&e);
     if JSON_LOGS.load(Ordering::Relaxed) {
         tracing::error!("{e}");
     } else {

@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// `DIR/TOPIC.jsonl`.
     #[arg(long, value_name = "DIR", requires = "embedded_broker")]
     dump: Option<PathBuf>,
+    /// Before the run, move the group's committed offsets on every partition of the source
+    /// topics: `earliest`, `latest`, a time (`2026-12-01T00:00:00Z`), a time ago (`-1h`) or
+    /// an offset (`+1000`). Refused while the group has active members.
+    #[arg(long, value_name = "WHERE", value_parser = crate::config::StartFrom::parse)]
+    reset_to: Option<crate::config::StartFrom>,
 }
 
 pub fn run(args: &RunArgs) -> ExitCode {
@@ -48,6 +53,23 @@ pub fn run(args: &RunArgs) -> ExitCode {
     } else {
         None
     };
+    if let Some(to) = args.reset_to {
+        let SourceConfig::Kafka(k) = &cfg.source else {
+            return super::bad_input("--reset-to needs a Kafka source");
+        };
+        match crate::kafka::reset::reset(k, to, cfg.runtime.connect_timeout) {
+            Ok(moved) => {
+                for (topic, partition, old, new) in moved {
+                    let old = old.map_or_else(|| "none".to_owned(), |o| o.to_string());
+                    super::note(&format!(
+                        "weir: group `{}`: {topic}/{partition} committed {old} -> {new}",
+                        k.group
+                    ));
+                }
+            }
+            Err(f) => return super::client_failure(&f),
+        }
+    }
     let opts = RunOptions {
         report: args.report.clone(),
         progress: !args.json,
@@ -60,18 +82,23 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 }
             }
             if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("report serializes")
-                );
+                let json = serde_json::to_string_pretty(&report).expect("report serializes");
+                println!("{}", crate::redact::redact(&json));
             } else {
                 super::summary(&report);
             }
             match report.state {
                 ExitState::Completed | ExitState::Interrupted => ExitCode::SUCCESS,
+                // Credentials and configuration the cluster refused: fix the YAML (exit 2).
+                ExitState::Failed
+                    if matches!(report.error_kind, Some("configuration" | "credentials")) =>
+                {
+                    ExitCode::from(super::EXIT_BAD_INPUT)
+                }
                 ExitState::Failed => ExitCode::from(super::EXIT_FAILED),
             }
         }
+        Err(runtime::StartError::Kafka(f)) => super::client_failure(&f),
         Err(e) => super::bad_input(e),
     }
 }
@@ -83,7 +110,13 @@ fn embedded(cfg: &mut PipelineConfig, args: &RunArgs) -> Result<EmbeddedBroker, 
     let mut topics = Vec::new();
     if let SourceConfig::Kafka(k) = &mut cfg.source {
         k.brokers = bootstrap.clone();
-        topics.extend(k.topics.iter().cloned());
+        // A `^pattern` names no topic to create.
+        topics.extend(
+            k.topics
+                .iter()
+                .filter(|t| !crate::config::is_pattern(t))
+                .cloned(),
+        );
     }
     for s in std::iter::once(&mut cfg.sink).chain(cfg.reject.as_mut()) {
         if let SinkConfig::Kafka(k) = s {
@@ -121,7 +154,11 @@ fn dump(broker: &EmbeddedBroker, cfg: &PipelineConfig, dir: &Path) -> Result<(),
     };
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for topic in broker.topics().map_err(|e| e.to_string())? {
-        if sources.contains(&topic) || topic.starts_with("__") {
+        let by_pattern = sources.iter().any(|p| {
+            crate::config::is_pattern(p)
+                && regex_lite::Regex::new(p).is_ok_and(|re| re.is_match(&topic))
+        });
+        if sources.contains(&topic) || by_pattern || topic.starts_with("__") {
             continue;
         }
         let msgs = broker.read_topic(&topic).map_err(|e| e.to_string())?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::security::Security;
 use super::ByteSize;
 
 /// A Kafka source: one consumer group member reading one or more topics.
@@ -14,13 +15,21 @@ use super::ByteSize;
 pub struct KafkaSource {
     /// Bootstrap servers (`host:port,host:port`).
     pub brokers: String,
-    /// Topics to subscribe to.
+    /// Topics to subscribe to. A name starting with `^` is a regular expression: every topic
+    /// it matches is read, and topics created later join at the next metadata refresh
+    /// (librdkafka's `topic.metadata.refresh.interval.ms`, 5 minutes by default).
     pub topics: Vec<String>,
     /// Consumer group id. Several `weir` processes with the same group share the partitions.
     pub group: String,
-    /// Where a partition without a committed offset starts: `earliest` or `latest`.
+    /// Where a partition without a committed offset starts: `earliest`, `latest`, a time
+    /// (`"2026-12-01T00:00:00Z"`), a time ago (`"-1h"`), or an offset (`"+1000"`: offset 1000
+    /// of each partition, or its end if it holds fewer).
     #[serde(default)]
+    #[schemars(with = "String")]
     pub start: StartFrom,
+    /// How this client connects (TLS, SASL). Default: the pipeline's `security` block.
+    #[serde(default)]
+    pub security: Option<Security>,
     /// Partition assignment: `cooperative` (incremental, cooperative-sticky) or `eager` (range).
     #[serde(default)]
     pub assignor: Assignor,
@@ -61,14 +70,94 @@ fn default_revoke_timeout() -> Duration {
 }
 
 /// Where a partition without a committed offset starts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub enum StartFrom {
     /// The oldest retained message.
     #[default]
     Earliest,
     /// Only messages produced after the group first joins.
     Latest,
+    /// The first message at or after this time (milliseconds since the Unix epoch).
+    Time(i64),
+    /// The first message at or after this long before the run started.
+    Ago(Duration),
+    /// This offset of each partition (its end if it holds fewer).
+    Offset(i64),
+}
+
+impl TryFrom<String> for StartFrom {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        StartFrom::parse(&s)
+    }
+}
+
+impl StartFrom {
+    /// `earliest`, `latest`, an RFC 3339 time, `-DURATION` or `+OFFSET`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let bad = |why: String| {
+            format!(
+                "`{s}`: {why} (use `earliest`, `latest`, a time such as `2026-12-01T00:00:00Z`, \
+                 a time ago such as `-1h`, or an offset such as `+1000`)"
+            )
+        };
+        match s {
+            "earliest" | "beginning" => return Ok(StartFrom::Earliest),
+            "latest" | "end" => return Ok(StartFrom::Latest),
+            _ => {}
+        }
+        if let Some(n) = s.strip_prefix('+') {
+            return n
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .map(StartFrom::Offset)
+                .ok_or_else(|| bad("not an offset".into()));
+        }
+        if let Some(d) = s.strip_prefix('-') {
+            return humantime::parse_duration(d)
+                .map(StartFrom::Ago)
+                .map_err(|e| bad(e.to_string()));
+        }
+        humantime::parse_rfc3339_weak(s)
+            .map_err(|e| bad(e.to_string()))
+            .and_then(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| StartFrom::Time(d.as_millis() as i64))
+                    .map_err(|_| bad("before 1970".into()))
+            })
+    }
+
+    /// The time to look up, in milliseconds since the epoch (for `Time` and `Ago`).
+    pub fn timestamp_ms(&self, now: std::time::SystemTime) -> Option<i64> {
+        match self {
+            StartFrom::Time(t) => Some(*t),
+            StartFrom::Ago(d) => Some(
+                now.checked_sub(*d)
+                    .unwrap_or(std::time::UNIX_EPOCH)
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis() as i64,
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether the start needs a look-up per partition (a time or an offset).
+    pub fn is_positional(&self) -> bool {
+        matches!(
+            self,
+            StartFrom::Time(_) | StartFrom::Ago(_) | StartFrom::Offset(_)
+        )
+    }
+}
+
+/// Whether a `topics` entry is a regular expression (librdkafka's convention: a leading `^`).
+pub fn is_pattern(topic: &str) -> bool {
+    topic.starts_with('^')
 }
 
 /// The consumer group's partition assignment protocol.
@@ -90,6 +179,9 @@ pub struct KafkaSink {
     pub brokers: String,
     /// Default output topic (a stage may route a message elsewhere).
     pub topic: String,
+    /// How this client connects (TLS, SASL). Default: the pipeline's `security` block.
+    #[serde(default)]
+    pub security: Option<Security>,
     /// Any librdkafka producer property (`compression.type`, `linger.ms`, …). `acks` is
     /// always `all` and idempotence on: a message counts as done only when the broker has it.
     #[serde(default)]

@@ -34,15 +34,55 @@ pub fn load(path: &Path) -> Result<PipelineConfig, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    let mut cfg = load_str(path, &text, &|k| std::env::var(k).ok())?;
+    let mut cfg = parse(path, &text, &|k| std::env::var(k).ok())?;
     let base = path.parent().unwrap_or(Path::new("."));
     resolve_paths(&mut cfg, base);
-    check_granted_dirs(&cfg, &text).map_err(|(line, message)| ConfigError::Invalid {
+    let invalid = |(line, message)| ConfigError::Invalid {
         path: path.to_owned(),
         line,
         message,
-    })?;
+    };
+    check_granted_dirs(&cfg, &text).map_err(invalid)?;
+    load_security_files(&mut cfg, &text).map_err(invalid)?;
+    share_security(&mut cfg);
+    register_secret_properties(&cfg);
     Ok(cfg)
+}
+
+/// Each Kafka client's `security` block (its own, or the pipeline's), with the YAML path it
+/// was written at.
+fn security_blocks(cfg: &mut PipelineConfig) -> Vec<(&'static str, &mut super::Security)> {
+    let mut out: Vec<(&'static str, &mut super::Security)> = Vec::new();
+    if let SourceConfig::Kafka(k) = &mut cfg.source {
+        if let Some(s) = &mut k.security {
+            out.push(("source.kafka.security", s));
+        }
+    }
+    if let SinkConfig::Kafka(k) = &mut cfg.sink {
+        if let Some(s) = &mut k.security {
+            out.push(("sink.kafka.security", s));
+        }
+    }
+    if let Some(SinkConfig::Kafka(k)) = &mut cfg.reject {
+        if let Some(s) = &mut k.security {
+            out.push(("reject.kafka.security", s));
+        }
+    }
+    out
+}
+
+/// Reads the `*_file` secrets of every `security` block and checks the certificate files
+/// (before the pipeline's block is shared with the clients that have none).
+fn load_security_files(cfg: &mut PipelineConfig, text: &str) -> Result<(), (usize, String)> {
+    for (at_path, s) in security_blocks(cfg) {
+        s.load_files()
+            .map_err(|(field, msg)| at(text, &format!("{at_path}.{field}"), msg))?;
+    }
+    if let Some(s) = &mut cfg.security {
+        s.load_files()
+            .map_err(|(field, msg)| at(text, &format!("security.{field}"), msg))?;
+    }
+    Ok(())
 }
 
 /// Granted folders must exist (checked once paths are resolved against the YAML's folder).
@@ -61,8 +101,21 @@ fn check_granted_dirs(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, St
     Ok(())
 }
 
-/// Parses pipeline YAML `text` (named `path` in errors), with `env` for `${VAR}`.
+/// Parses pipeline YAML `text` (named `path` in errors), with `env` for `${VAR}`. Paths stay
+/// as written and `*_file` secrets unread (see [`load`]).
 pub fn load_str(
+    path: &Path,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PipelineConfig, ConfigError> {
+    let mut cfg = parse(path, text, env)?;
+    share_security(&mut cfg);
+    register_secret_properties(&cfg);
+    Ok(cfg)
+}
+
+/// Parses and validates; each client keeps only its own `security` block.
+fn parse(
     path: &Path,
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,
@@ -91,6 +144,41 @@ pub fn load_str(
     })?;
     validate(&cfg, &text).map_err(|(line, m)| invalid(line, m))?;
     Ok(cfg)
+}
+
+/// The pipeline's `security` block goes to every Kafka client that has none of its own.
+fn share_security(cfg: &mut PipelineConfig) {
+    let Some(shared) = cfg.security.clone() else {
+        return;
+    };
+    if let SourceConfig::Kafka(k) = &mut cfg.source {
+        k.security.get_or_insert_with(|| shared.clone());
+    }
+    for sink in std::iter::once(&mut cfg.sink).chain(cfg.reject.as_mut()) {
+        if let SinkConfig::Kafka(k) = sink {
+            k.security.get_or_insert_with(|| shared.clone());
+        }
+    }
+}
+
+/// Secrets written as librdkafka `properties` (`sasl.password`, …) are redacted too.
+fn register_secret_properties(cfg: &PipelineConfig) {
+    let mut props: Vec<&std::collections::BTreeMap<String, serde_yaml::Value>> = Vec::new();
+    if let SourceConfig::Kafka(k) = &cfg.source {
+        props.push(&k.properties);
+    }
+    for sink in std::iter::once(&cfg.sink).chain(cfg.reject.as_ref()) {
+        if let SinkConfig::Kafka(k) = sink {
+            props.push(&k.properties);
+        }
+    }
+    for map in props {
+        for (k, v) in map {
+            if crate::redact::is_sensitive_property(k) {
+                crate::redact::register(&super::property_text(v));
+            }
+        }
+    }
 }
 
 /// serde_yaml prefixes its own path ("stages[0]: ") and appends " at line L column C"; both
@@ -232,9 +320,38 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
             ));
         }
     }
+    let mut blocks: Vec<(&str, &super::Security)> = Vec::new();
+    if let Some(s) = &cfg.security {
+        blocks.push(("security", s));
+    }
+    if let SourceConfig::Kafka(k) = &cfg.source {
+        blocks.extend(k.security.as_ref().map(|s| ("source.kafka.security", s)));
+    }
+    if let SinkConfig::Kafka(k) = &cfg.sink {
+        blocks.extend(k.security.as_ref().map(|s| ("sink.kafka.security", s)));
+    }
+    if let Some(SinkConfig::Kafka(k)) = &cfg.reject {
+        blocks.extend(k.security.as_ref().map(|s| ("reject.kafka.security", s)));
+    }
+    for (path, s) in blocks {
+        if let Some((field, msg)) = s.problems() {
+            return Err(at(text, &format!("{path}.{field}"), msg));
+        }
+    }
     if let SourceConfig::Kafka(k) = &cfg.source {
         if k.topics.is_empty() {
             return Err(at(text, "source.kafka.topics", "name at least one topic"));
+        }
+        for (i, t) in k.topics.iter().enumerate() {
+            if super::is_pattern(t) {
+                if let Err(e) = regex_lite::Regex::new(t) {
+                    return Err(at(
+                        text,
+                        &format!("source.kafka.topics[{i}]"),
+                        format_args!("`{t}` is not a valid regular expression: {e}"),
+                    ));
+                }
+            }
         }
         for key in ["enable.auto.commit", "enable.auto.offset.store", "group.id"] {
             if k.properties.contains_key(key) {
@@ -352,6 +469,12 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
     }
     if let Some(d) = &mut cfg.runtime.cache_dir {
         fix(d);
+    }
+    if let Some(s) = &mut cfg.security {
+        s.resolve_paths(base);
+    }
+    for (_, s) in security_blocks(cfg) {
+        s.resolve_paths(base);
     }
     if let Some(r) = &mut cfg.runtime.report {
         fix(r);

@@ -10,6 +10,7 @@ mod kafka;
 mod load;
 mod locate;
 mod rollout;
+mod security;
 mod size;
 
 use std::collections::BTreeMap;
@@ -19,10 +20,11 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-pub use kafka::{property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
+pub use kafka::{is_pattern, property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
 pub use load::{load, load_str, ConfigError};
 pub use locate::line_of_path;
 pub use rollout::{CanaryBy, Factor, Observe, Percent, RollbackWhen, RolloutConfig, RolloutMode};
+pub use security::{Sasl, SaslMechanism, Secret, Security, SecurityProtocol};
 pub use size::ByteSize;
 
 /// A whole pipeline: a source, stages in order, a sink and a reject path.
@@ -53,6 +55,10 @@ pub struct PipelineConfig {
     /// How messages are grouped into batches for the stages.
     #[serde(default)]
     pub batch: BatchConfig,
+    /// How every Kafka client (source, sink, reject path) connects: TLS and SASL. A
+    /// `security` block inside one of them replaces this one for that client.
+    #[serde(default)]
+    pub security: Option<Security>,
     /// Engine-wide settings.
     #[serde(default)]
     pub runtime: RuntimeConfig,
@@ -378,6 +384,17 @@ pub struct RuntimeConfig {
     /// when set, every admin request must carry `Authorization: Bearer TOKEN`.
     #[serde(default)]
     pub admin_token_env: Option<String>,
+    /// Longest the start-up checks (`weir check --connect`, and `weir run` before any stage
+    /// is called) wait for a Kafka cluster to answer (exit 1 when none does). An error that
+    /// retrying cannot heal (authentication, TLS trust, authorization, a missing topic, a
+    /// corrupt batch) ends the checks, or a running pipeline, as soon as it is seen.
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub connect_timeout: Duration,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 fn default_drivers() -> usize {
@@ -407,6 +424,7 @@ impl Default for RuntimeConfig {
             max_in_flight: default_max_in_flight(),
             metrics: None,
             admin_token_env: None,
+            connect_timeout: default_connect_timeout(),
         }
     }
 }

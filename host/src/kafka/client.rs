@@ -2,17 +2,25 @@
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 
-use crate::config::{property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
+use crate::config::{property_text, Assignor, KafkaSink, KafkaSource, Security, StartFrom};
 
-/// The consumer settings: Weir's defaults, then the user's properties, then the ones Weir owns.
+/// The `security` block's settings (TLS, SASL), if the client has one.
+fn secure(c: &mut ClientConfig, security: Option<&Security>) {
+    for (k, v) in security.map(Security::properties).unwrap_or_default() {
+        c.set(k, v);
+    }
+}
+
+/// The consumer settings: Weir's defaults, the `security` block, then the user's properties,
+/// then the ones Weir owns.
 pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &src.brokers)
         .set(
             "auto.offset.reset",
             match src.start {
-                StartFrom::Earliest => "earliest",
-                StartFrom::Latest => "latest",
+                StartFrom::Earliest | StartFrom::Offset(_) => "earliest",
+                StartFrom::Latest | StartFrom::Time(_) | StartFrom::Ago(_) => "latest",
             },
         )
         .set(
@@ -29,6 +37,7 @@ pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
         // leave the pipeline idle for up to a second after every hold.
         .set("fetch.queue.backoff.ms", "10")
         .set("log_level", "4");
+    secure(&mut c, src.security.as_ref());
     for (k, v) in &src.properties {
         c.set(k, property_text(v));
     }
@@ -45,6 +54,7 @@ pub fn producer_config(sink: &KafkaSink) -> ClientConfig {
     c.set("bootstrap.servers", &sink.brokers)
         .set("linger.ms", "5")
         .set("log_level", "4");
+    secure(&mut c, sink.security.as_ref());
     for (k, v) in &sink.properties {
         c.set(k, property_text(v));
     }

@@ -69,6 +69,16 @@ pub enum RuntimeError {
     NoDriver,
 }
 
+impl RuntimeError {
+    /// The Kafka client failure behind it, if that is what ended the run.
+    pub fn client_failure(&self) -> Option<&crate::kafka::fatal::ClientFailure> {
+        match self {
+            RuntimeError::Source(SourceError::Client(f)) => Some(f),
+            _ => None,
+        }
+    }
+}
+
 pub(super) struct LaneState {
     pub(super) generation: u64,
     pub(super) driver: usize,

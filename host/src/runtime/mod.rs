@@ -217,6 +217,14 @@ pub fn controller_options(cfg: &PipelineConfig) -> ControllerOptions {
 /// Runs the pipeline a YAML describes until its source ends (`stop_at_end`), a signal, or a
 /// failure.
 pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
+    // The cluster first: a wrong password or a missing topic is an error before any stage
+    // is loaded or called.
+    if crate::kafka::preflight::applies(cfg) {
+        crate::kafka::preflight::run(cfg, cfg.runtime.connect_timeout, &mut |l| {
+            tracing::info!("start-up check: {l}");
+        })
+        .map_err(StartError::Kafka)?;
+    }
     let Started {
         started,
         stop,
@@ -257,15 +265,17 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             },
         )?;
     }
+    let fatal = Arc::new(crate::kafka::fatal::FatalSlot::default());
     let (source, sink, rejects, transactions) = match exactly_once(cfg) {
         Some((k, sink, dlq)) => {
-            let source = KafkaSource::open(k, metrics.clone())?;
+            let source = KafkaSource::open(k, metrics.clone(), fatal.clone())?;
             let txns = Arc::new(KafkaTransactions::new(
                 sink,
                 dlq,
                 &k.group,
                 source.group_slot(),
                 &metrics,
+                fatal.clone(),
             ));
             let rejects: Arc<dyn Sink> = match dlq {
                 Some(_) => txns.sink(Role::Rejects),
@@ -281,12 +291,17 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             (source, sink, rejects, Some(setup))
         }
         None => {
-            let sink = cfg.sink.build(Role::Sink, &metrics)?;
+            let sink = cfg.sink.build(Role::Sink, &metrics, fatal.clone())?;
             let rejects: Arc<dyn Sink> = match &cfg.reject {
-                Some(r) => r.build(Role::Rejects, &metrics)?,
+                Some(r) => r.build(Role::Rejects, &metrics, fatal.clone())?,
                 None => Arc::new(LineSink::discard()),
             };
-            (cfg.source.build(metrics.clone())?, sink, rejects, None)
+            (
+                cfg.source.build(metrics.clone(), fatal)?,
+                sink,
+                rejects,
+                None,
+            )
         }
     };
     let reloader = Reloader::start(
@@ -347,6 +362,12 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         reloads,
         rollouts: crate::rollout::unfinished(&slots),
         failure: outcome.controller.failure,
+        error_kind: outcome
+            .controller
+            .error
+            .as_ref()
+            .and_then(|e| e.client_failure())
+            .map(|f| f.kind.label()),
         error: outcome.controller.error.map(|e| e.to_string()),
     };
     if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {

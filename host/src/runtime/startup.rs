@@ -47,6 +47,9 @@ pub enum StartError {
     /// The signal handlers could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    /// A start-up check against the Kafka cluster failed (before any stage was called).
+    #[error("start-up check: {0}")]
+    Kafka(crate::kafka::fatal::ClientFailure),
 }
 
 /// Everything loaded and instantiated, ready to run (also what `weir check` builds).

@@ -13,9 +13,10 @@ use rdkafka::message::{Header as KHeader, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
 
-use super::{Record, Sink, SinkError, Ticket};
+use super::{Record, Role, Sink, SinkError, Ticket};
 use crate::chain::Rejected;
 use crate::config::KafkaSink as KafkaSinkConfig;
+use crate::kafka::fatal::FatalSlot;
 use crate::kafka::record::headers_of;
 use crate::message::{Lane, Message};
 
@@ -23,6 +24,8 @@ use crate::message::{Lane, Message};
 pub struct DeliveryContext {
     acknowledged: AtomicU64,
     produced: prometheus::IntCounter,
+    /// Which client this is (`kafka sink`, `kafka reject path`) and the run's fatal slot.
+    fatal: (&'static str, Arc<FatalSlot>),
 }
 
 impl ClientContext for DeliveryContext {
@@ -30,7 +33,12 @@ impl ClientContext for DeliveryContext {
         crate::kafka::client::log(level, fac, msg);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!("producer: {error}: {reason}");
+        let (client, slot) = &self.fatal;
+        if slot.record(client, &error, reason) {
+            tracing::error!("{client}: {error}: {reason}");
+        } else {
+            tracing::warn!("{client}: {error}: {reason}");
+        }
     }
 }
 
@@ -56,10 +64,12 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    /// Creates the producer; `produced` counts acknowledged records.
+    /// Creates the producer; `produced` counts acknowledged records; client errors that
+    /// retrying cannot heal go to the run's fatal slot.
     pub fn open(
         cfg: &KafkaSinkConfig,
         produced: prometheus::IntCounter,
+        (role, fatal): (Role, Arc<FatalSlot>),
     ) -> Result<Self, SinkError> {
         let client = crate::kafka::client::producer_config(cfg);
         let producer = ThreadedProducer::from_config_and_context(
@@ -67,6 +77,7 @@ impl KafkaSink {
             DeliveryContext {
                 acknowledged: AtomicU64::new(0),
                 produced,
+                fatal: (role.client_name(), fatal),
             },
         )
         .map_err(|source| SinkError::Kafka {

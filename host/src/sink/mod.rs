@@ -225,15 +225,30 @@ impl Role {
             Role::Rejects => "dlq",
         }
     }
+
+    /// How errors name its Kafka client.
+    pub fn client_name(self) -> &'static str {
+        match self {
+            Role::Sink => "kafka sink",
+            Role::Rejects => "kafka reject path",
+        }
+    }
 }
 
 impl SinkConfig {
-    /// Opens the sink this configures.
-    pub fn build(&self, role: Role, metrics: &Metrics) -> Result<Arc<dyn Sink>, SinkError> {
+    /// Opens the sink this configures. A Kafka sink records client errors that retrying
+    /// cannot heal in `fatal` (the run's source ends the run with them).
+    pub fn build(
+        &self,
+        role: Role,
+        metrics: &Metrics,
+        fatal: Arc<crate::kafka::fatal::FatalSlot>,
+    ) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(match self {
             SinkConfig::Kafka(k) => Arc::new(kafka::KafkaSink::open(
                 k,
                 metrics.produced.with_label_values(&[role.label()]),
+                (role, fatal),
             )?),
             other => Arc::new(line::LineSink::open(other)?),
         })

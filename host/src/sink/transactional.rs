@@ -25,6 +25,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::kafka::{dlq_headers, send};
 use super::{Record, Role, Sink, SinkError, Ticket, Transactions, TxnError};
 use crate::config::KafkaSink as KafkaSinkConfig;
+use crate::kafka::fatal::FatalSlot;
 use crate::kafka::group::GroupSlot;
 use crate::kafka::record::headers_of;
 use crate::message::Lane;
@@ -62,6 +63,7 @@ impl Acked {
 pub struct TxnContext {
     acked: Arc<Acked>,
     produced: [prometheus::IntCounter; 2],
+    fatal: Arc<FatalSlot>,
 }
 
 impl ClientContext for TxnContext {
@@ -69,7 +71,22 @@ impl ClientContext for TxnContext {
         crate::kafka::client::log(level, fac, msg);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!("transactional producer: {error}: {reason}");
+        // A fenced producer's fatal error is part of the protocol (a new owner took the
+        // partition) and handled where the transaction fails; credentials and missing topics
+        // are not.
+        let heals = error.rdkafka_error_code().is_none_or(|c| {
+            crate::kafka::fatal::classify(c, reason)
+                .is_none_or(|k| k == crate::kafka::fatal::FailureKind::Runtime)
+        });
+        if !heals
+            && self
+                .fatal
+                .record("kafka transactional producer", &error, reason)
+        {
+            tracing::error!("transactional producer: {error}: {reason}");
+        } else {
+            tracing::warn!("transactional producer: {error}: {reason}");
+        }
     }
 }
 
@@ -100,6 +117,7 @@ pub struct KafkaTransactions {
     producers: Mutex<HashMap<PartitionKey, Arc<PartitionProducer>>>,
     acked: Arc<Acked>,
     produced: [prometheus::IntCounter; 2],
+    fatal: Arc<FatalSlot>,
 }
 
 impl KafkaTransactions {
@@ -111,6 +129,7 @@ impl KafkaTransactions {
         group: &str,
         slot: Arc<GroupSlot>,
         metrics: &Metrics,
+        fatal: Arc<FatalSlot>,
     ) -> Self {
         let mut client = crate::kafka::client::producer_config(sink);
         let prefix = client
@@ -129,6 +148,7 @@ impl KafkaTransactions {
                 metrics.produced.with_label_values(&[Role::Sink.label()]),
                 metrics.produced.with_label_values(&[Role::Rejects.label()]),
             ],
+            fatal,
         }
     }
 
@@ -210,6 +230,7 @@ impl Transactions for KafkaTransactions {
             TxnContext {
                 acked: self.acked.clone(),
                 produced: self.produced.clone(),
+                fatal: self.fatal.clone(),
             },
         )
         .map_err(|e| txn_error(key, "open", e))?;

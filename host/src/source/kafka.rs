@@ -26,6 +26,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::commit_queue::{CommitQueue, Confirmations};
 use super::{Handler, Item, PartitionKey, Source, SourceError};
 use crate::config::{KafkaSource as KafkaSourceConfig, StartFrom};
+use crate::kafka::fatal::{ClientFailure, FatalSlot};
 use crate::kafka::group::GroupSlot;
 use crate::message::Envelope;
 use crate::metrics::Metrics;
@@ -47,6 +48,7 @@ enum Pending {
 pub struct SourceContext {
     pending: Mutex<Vec<Pending>>,
     closing: AtomicBool,
+    fatal: Arc<FatalSlot>,
 }
 
 impl ClientContext for SourceContext {
@@ -54,7 +56,11 @@ impl ClientContext for SourceContext {
         crate::kafka::client::log(level, fac, msg);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!("consumer: {error}: {reason}");
+        if self.fatal.record("kafka source", &error, reason) {
+            tracing::error!("consumer: {error}: {reason}");
+        } else {
+            tracing::warn!("consumer: {error}: {reason}");
+        }
     }
 }
 
@@ -128,6 +134,8 @@ pub struct KafkaSource {
     ends: RefCell<HashMap<PartitionKey, i64>>,
     /// The group metadata as of the last rebalance (for exactly-once delivery).
     group: Arc<GroupSlot>,
+    /// The run's first client error that retrying cannot heal (shared with the sinks).
+    fatal: Arc<FatalSlot>,
 }
 
 fn kafka(what: impl Into<String>) -> impl FnOnce(KafkaError) -> SourceError {
@@ -136,8 +144,13 @@ fn kafka(what: impl Into<String>) -> impl FnOnce(KafkaError) -> SourceError {
 }
 
 impl KafkaSource {
-    /// Creates the consumer and subscribes to the topics.
-    pub fn open(cfg: &KafkaSourceConfig, metrics: Arc<Metrics>) -> Result<Self, SourceError> {
+    /// Creates the consumer and subscribes to the topics (names, and `^patterns`). Errors
+    /// that cannot heal, of this client or of any other that shares `fatal`, end `poll`.
+    pub fn open(
+        cfg: &KafkaSourceConfig,
+        metrics: Arc<Metrics>,
+        fatal: Arc<FatalSlot>,
+    ) -> Result<Self, SourceError> {
         let mut client = crate::kafka::client::consumer_config(cfg);
         if cfg.stop_at_end {
             client.set("enable.partition.eof", "true");
@@ -147,6 +160,7 @@ impl KafkaSource {
             SourceContext {
                 pending: Mutex::new(Vec::new()),
                 closing: AtomicBool::new(false),
+                fatal: fatal.clone(),
             },
         )
         .map_err(kafka(format!("consumer for group `{}`", cfg.group)))?;
@@ -164,6 +178,7 @@ impl KafkaSource {
             start: cfg.start,
             ends: RefCell::new(HashMap::new()),
             group: Arc::new(GroupSlot::default()),
+            fatal,
         })
     }
 
@@ -176,7 +191,13 @@ impl KafkaSource {
     /// Acts on the rebalances librdkafka announced during the last poll.
     fn rebalances(&self, to: &mut dyn Handler) {
         let pending = std::mem::take(&mut *lock(&self.consumer.context().pending));
-        for ev in pending {
+        for mut ev in pending {
+            let mut starts = HashMap::new();
+            if let Pending::Assign(tpl) = &mut ev {
+                if self.start.is_positional() {
+                    starts = self.positional_starts(tpl);
+                }
+            }
             self.group.set(self.consumer.group_metadata());
             match &ev {
                 Pending::Revoke(tpl) => {
@@ -207,7 +228,7 @@ impl KafkaSource {
                 let _ = self.consumer.resume(tpl);
                 to.assigned(&keys);
                 if self.stop_at_end {
-                    self.read_ends(&keys, to);
+                    self.read_ends(&keys, &starts, to);
                 }
             }
         }
@@ -216,7 +237,12 @@ impl KafkaSource {
     /// The end of every partition in `keys`, in one request for all of them (and where
     /// reading starts, in one more each for committed offsets and the reset point). A
     /// partition with nothing to read is reported ended at once.
-    fn read_ends(&self, keys: &[PartitionKey], to: &mut dyn Handler) {
+    fn read_ends(
+        &self,
+        keys: &[PartitionKey],
+        starts: &HashMap<PartitionKey, i64>,
+        to: &mut dyn Handler,
+    ) {
         let query = |at: Offset| -> HashMap<PartitionKey, i64> {
             let mut tpl = TopicPartitionList::new();
             for k in keys {
@@ -229,6 +255,7 @@ impl KafkaSource {
         let reset = match self.start {
             StartFrom::Earliest => query(Offset::Beginning),
             StartFrom::Latest => high.clone(),
+            _ => starts.clone(),
         };
         let committed = offsets(
             self.consumer
@@ -251,6 +278,74 @@ impl KafkaSource {
     }
 }
 
+impl KafkaSource {
+    /// With `start` a time or an offset: where each newly assigned partition without a
+    /// committed offset starts, set in `tpl` (one request for the committed offsets, one for
+    /// the times or the ends). A partition whose look-up fails starts as librdkafka's
+    /// `auto.offset.reset` says (earliest for an offset, latest for a time).
+    fn positional_starts(&self, tpl: &mut TopicPartitionList) -> HashMap<PartitionKey, i64> {
+        let keys = keys_of(tpl);
+        let committed = offsets(
+            self.consumer
+                .committed_offsets(tpl_of(&keys), REQUEST_TIMEOUT)
+                .ok()
+                .as_ref(),
+        );
+        let fresh: Vec<&PartitionKey> = keys
+            .iter()
+            .filter(|k| !committed.contains_key(*k))
+            .collect();
+        if fresh.is_empty() {
+            return HashMap::new();
+        }
+        let mut query = TopicPartitionList::new();
+        let at = match self.start {
+            StartFrom::Offset(_) => Offset::End,
+            other => Offset::Offset(
+                other
+                    .timestamp_ms(std::time::SystemTime::now())
+                    .unwrap_or_default(),
+            ),
+        };
+        for k in &fresh {
+            let _ = query.add_partition_offset(&k.topic, k.partition, at);
+        }
+        let found = self.consumer.offsets_for_times(query, REQUEST_TIMEOUT);
+        if let Err(e) = &found {
+            tracing::warn!("looking up where to start: {e}");
+        }
+        let found = found.ok();
+        let mut starts = HashMap::new();
+        for k in fresh {
+            let looked_up = found
+                .as_ref()
+                .and_then(|f| f.find_partition(&k.topic, k.partition))
+                .map(|e| e.offset());
+            let start = match (self.start, looked_up) {
+                // `offsets_for_times` with `End` answers the partition's end offset.
+                (StartFrom::Offset(n), Some(Offset::Offset(end))) => n.min(end),
+                (StartFrom::Offset(n), _) => n,
+                (_, Some(Offset::Offset(o))) => o,
+                // No message at or after the time: the end.
+                (_, Some(Offset::End)) | (_, Some(Offset::Invalid)) => {
+                    match self
+                        .consumer
+                        .fetch_watermarks(&k.topic, k.partition, REQUEST_TIMEOUT)
+                    {
+                        Ok((_, high)) => high,
+                        Err(_) => continue,
+                    }
+                }
+                _ => continue,
+            };
+            tracing::info!(key = %k, offset = start, "no committed offset: starting at the configured `start`");
+            let _ = tpl.set_partition_offset(&k.topic, k.partition, Offset::Offset(start));
+            starts.insert(k.clone(), start);
+        }
+        starts
+    }
+}
+
 /// The offsets in a list returned by the broker, per partition (unset ones left out).
 fn offsets(tpl: Option<&TopicPartitionList>) -> HashMap<PartitionKey, i64> {
     tpl.map(|t| {
@@ -269,6 +364,9 @@ fn offsets(tpl: Option<&TopicPartitionList>) -> HashMap<PartitionKey, i64> {
 
 impl Source for KafkaSource {
     fn poll(&mut self, to: &mut dyn Handler, timeout: Duration) -> Result<(), SourceError> {
+        if let Some(f) = self.fatal.get() {
+            return Err(SourceError::Client(f));
+        }
         self.queue.serve(0);
         let mut timeout = timeout;
         for _ in 0..BURST {
@@ -308,6 +406,14 @@ impl Source for KafkaSource {
                     }
                 }
                 Some(Err(e)) => {
+                    if self.fatal.record("kafka source", &e, "") {
+                        let f = self.fatal.get().unwrap_or_else(|| ClientFailure {
+                            client: "kafka source".into(),
+                            kind: crate::kafka::fatal::FailureKind::Runtime,
+                            message: e.to_string(),
+                        });
+                        return Err(SourceError::Client(f));
+                    }
                     tracing::warn!("consume: {e}");
                     break;
                 }

@@ -111,6 +111,10 @@ pub enum SourceError {
         /// Why.
         source: rdkafka::error::KafkaError,
     },
+    /// A client error retrying cannot heal (authentication, TLS, authorization, a missing
+    /// topic, a corrupt batch, a codec missing from the build).
+    #[error(transparent)]
+    Client(#[from] crate::kafka::fatal::ClientFailure),
 }
 
 /// The control side of a source.
@@ -140,9 +144,13 @@ pub trait Source: Send {
 impl SourceConfig {
     /// Opens the source this configures. `stop_at_end` sources end the run at the end of
     /// their input; a Kafka source subscribes here.
-    pub fn build(&self, metrics: Arc<Metrics>) -> Result<Box<dyn Source>, SourceError> {
+    pub fn build(
+        &self,
+        metrics: Arc<Metrics>,
+        fatal: Arc<crate::kafka::fatal::FatalSlot>,
+    ) -> Result<Box<dyn Source>, SourceError> {
         Ok(match self {
-            SourceConfig::Kafka(k) => Box::new(kafka::KafkaSource::open(k, metrics)?),
+            SourceConfig::Kafka(k) => Box::new(kafka::KafkaSource::open(k, metrics, fatal)?),
             other => Box::new(jsonl::JsonlSource::open(other)?),
         })
     }

@@ -1,0 +1,432 @@
+//! The start-up checks against the Kafka cluster (`weir check --connect`, and `weir run`
+//! before any stage is called).
+//!
+//! Each check connects with the pipeline's own client settings (its `security` block and
+//! `properties`) and answers one line. The first that fails ends the checks with a
+//! [`ClientFailure`] naming it: a TLS or SASL failure, a missing topic, a refused group or
+//! transactional id (exit 2), or no broker answering within `runtime.connect_timeout`
+//! (exit 1: a broker that is down may come back).
+//!
+//! | check | how |
+//! |---|---|
+//! | the source's brokers answer | a Metadata request with the consumer's settings |
+//! | each source topic exists (a `^pattern` matches what it matches now) | the same metadata |
+//! | each source topic can be read | ListOffsets on its first partition |
+//! | the group can be used | OffsetFetch of the group's committed offsets (needs the group ACL) |
+//! | the sink and reject topics exist, or the broker creates topics | Metadata with the producer's settings, then the broker's `auto.create.topics.enable` |
+//! | a transactional id can be initialised (`delivery: exactly-once`) | InitProducerId with `<prefix>.preflight` |
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::Client;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::metadata::Metadata;
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::fatal::{classify, ClientFailure, FailureKind};
+use crate::config::{
+    is_pattern, Delivery, KafkaSink, KafkaSource, PipelineConfig, SinkConfig, SourceConfig,
+};
+
+/// Remembers what librdkafka reported while a check ran; logs only at debug level (the
+/// check's own line says what happened).
+#[derive(Default)]
+pub struct Capture {
+    errors: Mutex<Vec<(KafkaError, String)>>,
+}
+
+impl Capture {
+    /// The first error that cannot heal, as a failure of `client`.
+    fn fatal(&self, client: &str) -> Option<ClientFailure> {
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        errors.iter().find_map(|(e, reason)| {
+            let kind = classify(e.rdkafka_error_code()?, reason)?;
+            Some(failure(client, kind, describe(e, reason)))
+        })
+    }
+
+    /// The last error seen (for a time-out's message).
+    fn last(&self) -> Option<String> {
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        errors.last().map(|(e, r)| describe(e, r))
+    }
+}
+
+fn describe(e: &KafkaError, reason: &str) -> String {
+    let e = e.to_string();
+    if reason.is_empty() || e.contains(reason) {
+        e
+    } else {
+        format!("{e}: {reason}")
+    }
+}
+
+impl ClientContext for Capture {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
+        if matches!(level, RDKafkaLogLevel::Debug) {
+            return;
+        }
+        tracing::debug!(target: "librdkafka", "preflight {fac}: {msg}");
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!("preflight: {error}: {reason}");
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((error, reason.to_owned()));
+    }
+}
+
+impl ConsumerContext for Capture {}
+impl ProducerContext for Capture {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
+}
+
+fn failure(client: &str, kind: FailureKind, message: String) -> ClientFailure {
+    ClientFailure {
+        client: client.to_owned(),
+        kind,
+        message,
+    }
+}
+
+/// One answered check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckLine {
+    /// Which client (`source`, `sink`, `reject path`).
+    pub client: String,
+    /// What was checked, and what the cluster answered.
+    pub what: String,
+}
+
+impl std::fmt::Display for CheckLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ok    {:<12} {}", self.client, self.what)
+    }
+}
+
+/// Whether the pipeline has a Kafka client to check.
+pub fn applies(cfg: &PipelineConfig) -> bool {
+    matches!(cfg.source, SourceConfig::Kafka(_))
+        || std::iter::once(&cfg.sink)
+            .chain(cfg.reject.as_ref())
+            .any(|s| matches!(s, SinkConfig::Kafka(_)))
+}
+
+/// Runs every check, reporting each that passes to `ok`; the first that fails is the error.
+pub fn run(
+    cfg: &PipelineConfig,
+    timeout: Duration,
+    ok: &mut dyn FnMut(&CheckLine),
+) -> Result<(), ClientFailure> {
+    if let SourceConfig::Kafka(k) = &cfg.source {
+        source(k, timeout, ok)?;
+    }
+    if let SinkConfig::Kafka(k) = &cfg.sink {
+        sink(k, "sink", timeout, ok)?;
+    }
+    if let Some(SinkConfig::Kafka(k)) = &cfg.reject {
+        sink(k, "reject path", timeout, ok)?;
+    }
+    if cfg.delivery == Delivery::ExactlyOnce {
+        if let (SourceConfig::Kafka(src), SinkConfig::Kafka(k)) = (&cfg.source, &cfg.sink) {
+            transactions(k, &src.group, timeout, ok)?;
+        }
+    }
+    Ok(())
+}
+
+/// Metadata of every topic, retried in short steps until `timeout`; an error that cannot heal
+/// (TLS, SASL) ends it at once.
+fn connect<C: ClientContext>(
+    client: &Client<C>,
+    capture: &Capture,
+    name: &str,
+    brokers: &str,
+    timeout: Duration,
+) -> Result<Metadata, ClientFailure> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let step = left
+            .min(Duration::from_millis(500))
+            .max(Duration::from_millis(50));
+        let got = client.fetch_metadata(None, step);
+        if let Some(f) = capture.fatal(name) {
+            return Err(f);
+        }
+        match got {
+            Ok(m) if !m.brokers().is_empty() => return Ok(m),
+            Ok(_) => {}
+            Err(e) => {
+                if let Some(kind) = e.rdkafka_error_code().and_then(|c| classify(c, "")) {
+                    return Err(failure(name, kind, e.to_string()));
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            let last = capture
+                .last()
+                .map_or_else(String::new, |l| format!(" (last error: {l})"));
+            return Err(failure(
+                name,
+                FailureKind::Runtime,
+                format!(
+                    "no broker of `{brokers}` answered within {} (runtime.connect_timeout){last}",
+                    humantime::format_duration(timeout)
+                ),
+            ));
+        }
+    }
+}
+
+fn client_err<'a>(name: &'a str, what: &str) -> impl Fn(KafkaError) -> ClientFailure + 'a {
+    let what = what.to_owned();
+    move |e| {
+        let kind = e
+            .rdkafka_error_code()
+            .and_then(|c| classify(c, ""))
+            .unwrap_or(FailureKind::Configuration);
+        failure(name, kind, format!("{what}: {e}"))
+    }
+}
+
+fn security_of(s: Option<&crate::config::Security>) -> String {
+    s.map_or_else(|| "plaintext".to_owned(), |s| s.describe())
+}
+
+fn brokers_word(n: usize) -> &'static str {
+    if n == 1 {
+        "broker"
+    } else {
+        "brokers"
+    }
+}
+
+fn source(
+    k: &KafkaSource,
+    timeout: Duration,
+    ok: &mut dyn FnMut(&CheckLine),
+) -> Result<(), ClientFailure> {
+    let name = "source";
+    let line = |what: String| CheckLine {
+        client: name.to_owned(),
+        what,
+    };
+    let mut config: ClientConfig = super::client::consumer_config(k);
+    config.set("log_level", "3");
+    let consumer = BaseConsumer::from_config_and_context(&config, Capture::default())
+        .map_err(client_err(name, "the client settings"))?;
+    let capture = consumer.context();
+    let meta = connect(consumer.client(), capture, name, &k.brokers, timeout)?;
+    ok(&line(format!(
+        "connected to {} ({} {}; {})",
+        k.brokers,
+        meta.brokers().len(),
+        brokers_word(meta.brokers().len()),
+        security_of(k.security.as_ref())
+    )));
+    let mut tpl = TopicPartitionList::new();
+    for t in &k.topics {
+        if is_pattern(t) {
+            let re = regex_lite::Regex::new(t)
+                .map_err(|e| failure(name, FailureKind::Configuration, format!("`{t}`: {e}")))?;
+            let matched: Vec<&str> = meta
+                .topics()
+                .iter()
+                .map(|m| m.name())
+                .filter(|n| !n.starts_with("__") && re.is_match(n))
+                .collect();
+            ok(&line(format!(
+                "pattern `{t}` matches {} topic(s) now{}{} (topics created later join at a metadata refresh)",
+                matched.len(),
+                if matched.is_empty() { "" } else { ": " },
+                matched.join(", ")
+            )));
+            for m in matched {
+                topic_partitions(&meta, m, &mut tpl);
+            }
+            continue;
+        }
+        let Some(m) = meta.topics().iter().find(|m| m.name() == t) else {
+            return Err(failure(
+                name,
+                FailureKind::Configuration,
+                format!("topic `{t}` does not exist on {}", k.brokers),
+            ));
+        };
+        if let Some(e) = m.error() {
+            let code = rdkafka::error::RDKafkaErrorCode::from(e);
+            let kind = classify(code, "").unwrap_or(FailureKind::Configuration);
+            let what = match code {
+                rdkafka::error::RDKafkaErrorCode::UnknownTopicOrPartition => {
+                    format!("topic `{t}` does not exist on {}", k.brokers)
+                }
+                _ => format!("topic `{t}`: {code}"),
+            };
+            return Err(failure(name, kind, what));
+        }
+        let parts = m.partitions().len();
+        let (lo, hi) = consumer
+            .fetch_watermarks(t, m.partitions().first().map_or(0, |p| p.id()), timeout)
+            .map_err(client_err(name, &format!("reading topic `{t}`")))?;
+        ok(&line(format!(
+            "topic `{t}`: {parts} partition(s), readable (partition {}: offsets {lo}..{hi})",
+            m.partitions().first().map_or(0, |p| p.id())
+        )));
+        topic_partitions(&meta, t, &mut tpl);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, timeout)
+        .map_err(client_err(name, &format!("group `{}`", k.group)))?;
+    let n = committed
+        .elements()
+        .iter()
+        .filter(|e| matches!(e.offset(), Offset::Offset(_)))
+        .count();
+    if let Some(f) = capture.fatal(name) {
+        return Err(f);
+    }
+    ok(&line(format!(
+        "group `{}`: usable ({n} partition(s) with a committed offset)",
+        k.group
+    )));
+    Ok(())
+}
+
+fn topic_partitions(meta: &Metadata, topic: &str, tpl: &mut TopicPartitionList) {
+    if let Some(m) = meta.topics().iter().find(|m| m.name() == topic) {
+        for p in m.partitions() {
+            tpl.add_partition(topic, p.id());
+        }
+    }
+}
+
+fn sink(
+    k: &KafkaSink,
+    name: &str,
+    timeout: Duration,
+    ok: &mut dyn FnMut(&CheckLine),
+) -> Result<(), ClientFailure> {
+    let line = |what: String| CheckLine {
+        client: name.to_owned(),
+        what,
+    };
+    let mut config = super::client::producer_config(k);
+    config.remove("transactional.id");
+    config.set("log_level", "3");
+    let producer: BaseProducer<Capture> =
+        BaseProducer::from_config_and_context(&config, Capture::default())
+            .map_err(client_err(name, "the client settings"))?;
+    let capture = producer.context();
+    let meta = connect(producer.client(), capture, name, &k.brokers, timeout)?;
+    ok(&line(format!(
+        "connected to {} ({} {}; {})",
+        k.brokers,
+        meta.brokers().len(),
+        brokers_word(meta.brokers().len()),
+        security_of(k.security.as_ref())
+    )));
+    let t = &k.topic;
+    let exists = meta
+        .topics()
+        .iter()
+        .find(|m| m.name() == t)
+        .filter(|m| m.error().is_none());
+    if let Some(m) = exists {
+        ok(&line(format!(
+            "topic `{t}`: {} partition(s)",
+            m.partitions().len()
+        )));
+        return Ok(());
+    }
+    if let Some(e) = meta
+        .topics()
+        .iter()
+        .find(|m| m.name() == t)
+        .and_then(|m| m.error())
+    {
+        let code = rdkafka::error::RDKafkaErrorCode::from(e);
+        if matches!(classify(code, ""), Some(FailureKind::Credentials)) {
+            return Err(failure(
+                name,
+                FailureKind::Credentials,
+                format!("topic `{t}`: {code}"),
+            ));
+        }
+    }
+    match auto_create(&config, &meta, timeout) {
+        Some(true) => {
+            ok(&line(format!(
+                "topic `{t}`: missing; the broker creates it on the first write (auto.create.topics.enable)"
+            )));
+            Ok(())
+        }
+        Some(false) => Err(failure(
+            name,
+            FailureKind::Configuration,
+            format!(
+                "topic `{t}` does not exist on {} and the broker does not create topics (auto.create.topics.enable=false)",
+                k.brokers
+            ),
+        )),
+        None => {
+            ok(&line(format!(
+                "topic `{t}`: missing; created on the first write only if the broker auto-creates topics (its setting could not be read)"
+            )));
+            Ok(())
+        }
+    }
+}
+
+/// The broker's `auto.create.topics.enable`, if it answers DescribeConfigs.
+fn auto_create(config: &ClientConfig, meta: &Metadata, timeout: Duration) -> Option<bool> {
+    let broker = meta.brokers().first()?.id();
+    let admin: AdminClient<Capture> =
+        AdminClient::from_config_and_context(config, Capture::default()).ok()?;
+    let opts = AdminOptions::new().request_timeout(Some(timeout));
+    let answer = futures_executor::block_on(
+        admin.describe_configs(&[ResourceSpecifier::Broker(broker)], &opts),
+    )
+    .ok()?;
+    let resource = answer.into_iter().next()?.ok()?;
+    let entry = resource.get("auto.create.topics.enable")?;
+    entry.value.as_deref().map(|v| v == "true")
+}
+
+fn transactions(
+    k: &KafkaSink,
+    group: &str,
+    timeout: Duration,
+    ok: &mut dyn FnMut(&CheckLine),
+) -> Result<(), ClientFailure> {
+    let name = "transactions";
+    let mut config = super::client::producer_config(k);
+    let prefix = config
+        .get("transactional.id")
+        .map_or_else(|| format!("weir.{group}"), str::to_owned);
+    let id = format!("{prefix}.preflight");
+    config.set("transactional.id", &id);
+    config.set("log_level", "3");
+    let producer: BaseProducer<Capture> =
+        BaseProducer::from_config_and_context(&config, Capture::default())
+            .map_err(client_err(name, "the client settings"))?;
+    producer.init_transactions(timeout).map_err(client_err(
+        name,
+        &format!("initialising transactional id `{id}`"),
+    ))?;
+    if let Some(f) = producer.context().fatal(name) {
+        return Err(f);
+    }
+    ok(&CheckLine {
+        client: name.to_owned(),
+        what: format!("transactional id `{id}` initialised (exactly-once)"),
+    });
+    Ok(())
+}
