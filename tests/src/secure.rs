@@ -273,12 +273,27 @@ impl SecureBroker {
     }
 
     /// tansu requiring SASL, with SCRAM-SHA-256 and SCRAM-SHA-512 credentials for `user`
-    /// (set through the Python admin client, logged in with PLAIN, which tansu 0.6 accepts
-    /// with any password).
+    /// (computed here as RFC 5802 stores them, and seeded through `WEIR_TANSU_SCRAM`:
+    /// scripts/tansu/scram.patch; tansu 0.6 has no other way to a first user).
     pub fn scram(tansu: &str, python: &str, user: &str, password: &str, topics: &[&str]) -> Self {
+        let script = format!(
+            r#"
+import hashlib, hmac, os
+def cred(mech, it=4096):
+    h = {{"256": "sha256", "512": "sha512"}}[mech]
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac(h, b"{password}", salt, it)
+    stored = hashlib.new(h, hmac.new(salted, b"Client Key", h).digest()).digest()
+    server = hmac.new(salted, b"Server Key", h).digest()
+    return "{user},%s,%d,%s,%s,%s" % (mech, it, salt.hex(), stored.hex(), server.hex())
+print(";".join(cred(m) for m in ("256", "512")))
+"#
+        );
+        let seed = python_run(python, &script);
         let port = free_port();
         let t = tansu_cmd(tansu, port, &format!("tcp://localhost:{port}"))
             .arg("--authentication")
+            .env("WEIR_TANSU_SCRAM", seed.trim())
             .spawn()
             .expect("starting tansu");
         let b = SecureBroker {
@@ -290,20 +305,6 @@ impl SecureBroker {
             },
         };
         wait_listening(port, "tansu");
-        let script = format!(
-            r#"
-import sys
-from confluent_kafka.admin import AdminClient, UserScramCredentialUpsertion, ScramCredentialInfo, ScramMechanism
-a = AdminClient({{"bootstrap.servers": "{bootstrap}", "security.protocol": "sasl_plaintext",
-                 "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin"}})
-ups = [UserScramCredentialUpsertion("{user}", ScramCredentialInfo(m, 4096), b"{password}")
-       for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-for f in a.alter_user_scram_credentials(ups).values():
-    f.result(timeout=30)
-"#,
-            bootstrap = b.bootstrap
-        );
-        python_run(python, &script);
         b.create_topics(topics);
         b
     }
@@ -378,8 +379,13 @@ pub fn produce_via(config: &ClientConfig, topic: &str, values: &[String]) {
     }
 }
 
-/// The values of `topic` (partition 0), reading until `want` arrived or 60 s passed.
-pub fn read_via(config: &ClientConfig, topic: &str, want: usize) -> Vec<String> {
+/// The values of `topic` (partition 0), reading until `want` arrived or `patience` passed.
+pub fn read_via(
+    config: &ClientConfig,
+    topic: &str,
+    want: usize,
+    patience: Duration,
+) -> Vec<String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Message as _;
     let c: BaseConsumer = config
@@ -392,7 +398,7 @@ pub fn read_via(config: &ClientConfig, topic: &str, want: usize) -> Vec<String> 
     tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
         .expect("tpl");
     c.assign(&tpl).expect("assign");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + patience;
     let mut out = Vec::new();
     while out.len() < want && Instant::now() < deadline {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {

@@ -92,6 +92,13 @@ pub fn classify(code: RDKafkaErrorCode, reason: &str) -> Option<FailureKind> {
         C::BrokerTransportFailure if reason.contains("incorrect security.protocol") => {
             Some(FailureKind::Configuration)
         }
+        // The broker's TLS alert (TLS 1.3 reports a refused client certificate after the
+        // handshake, as a failed read): "tlsv13 alert certificate required", "sslv3 alert bad
+        // certificate", "tlsv1 alert unknown ca". A broker going away mid-connection reads
+        // as an EOF, not an alert.
+        C::BrokerTransportFailure if reason.contains("SSL") && reason.contains(" alert ") => {
+            Some(FailureKind::Credentials)
+        }
         _ => None,
     }
 }
@@ -157,6 +164,16 @@ mod tests {
                 Some(FailureKind::Configuration),
             ),
             (C::OperationTimedOut, "", None),
+            (
+                C::BrokerTransportFailure,
+                "Receive failed: error:0A00045C:SSL routines::tlsv13 alert certificate required: SSL alert number 116",
+                Some(FailureKind::Credentials),
+            ),
+            (
+                C::BrokerTransportFailure,
+                "Receive failed: error:0A000126:SSL routines::unexpected eof while reading",
+                None,
+            ),
         ];
         for (code, reason, want) in cases {
             assert_eq!(classify(code, reason), want, "{code:?} {reason}");

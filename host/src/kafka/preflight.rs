@@ -50,10 +50,19 @@ impl Capture {
         })
     }
 
-    /// The last error seen (for a time-out's message).
+    /// The last error seen that says more than "all brokers are down" (for a time-out's
+    /// message).
     fn last(&self) -> Option<String> {
         let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
-        errors.last().map(|(e, r)| describe(e, r))
+        let telling = |(e, _): &&(KafkaError, String)| {
+            e.rdkafka_error_code() != Some(rdkafka::error::RDKafkaErrorCode::AllBrokersDown)
+        };
+        errors
+            .iter()
+            .rev()
+            .find(telling)
+            .or(errors.last())
+            .map(|(e, r)| describe(e, r))
     }
 }
 
@@ -143,9 +152,11 @@ pub fn run(
 }
 
 /// Metadata of every topic, retried in short steps until `timeout`; an error that cannot heal
-/// (TLS, SASL) ends it at once.
+/// (TLS, SASL) ends it at once. `pump` serves the client's events, so its errors reach
+/// `capture` (librdkafka hands them over only when the client is polled).
 fn connect<C: ClientContext>(
     client: &Client<C>,
+    pump: &dyn Fn(),
     capture: &Capture,
     name: &str,
     brokers: &str,
@@ -158,6 +169,7 @@ fn connect<C: ClientContext>(
             .min(Duration::from_millis(500))
             .max(Duration::from_millis(50));
         let got = client.fetch_metadata(None, step);
+        pump();
         if let Some(f) = capture.fatal(name) {
             return Err(f);
         }
@@ -224,7 +236,9 @@ fn source(
     let consumer = BaseConsumer::from_config_and_context(&config, Capture::default())
         .map_err(client_err(name, "the client settings"))?;
     let capture = consumer.context();
-    let meta = connect(consumer.client(), capture, name, &k.brokers, timeout)?;
+    // Polling serves the error events (they reach `capture` through the context).
+    let pump = || while consumer.poll(Duration::ZERO).is_some() {};
+    let meta = connect(consumer.client(), &pump, capture, name, &k.brokers, timeout)?;
     ok(&line(format!(
         "connected to {} ({} {}; {})",
         k.brokers,
@@ -325,7 +339,10 @@ fn sink(
         BaseProducer::from_config_and_context(&config, Capture::default())
             .map_err(client_err(name, "the client settings"))?;
     let capture = producer.context();
-    let meta = connect(producer.client(), capture, name, &k.brokers, timeout)?;
+    let pump = || {
+        producer.poll(Duration::ZERO);
+    };
+    let meta = connect(producer.client(), &pump, capture, name, &k.brokers, timeout)?;
     ok(&line(format!(
         "connected to {} ({} {}; {})",
         k.brokers,
