@@ -4,7 +4,6 @@
 //! producer and reader), `weir check --connect`, errors that end the run instead of looping,
 //! secrets kept out of every output, `start` from an offset or a time, and topic patterns.
 
-use std::io::Read as _;
 use std::time::{Duration, Instant};
 
 use weir_tests::kafka::{records, sigterm, Broker};

@@ -29,7 +29,7 @@ pub struct KafkaSource {
     pub start: StartFrom,
     /// How this client connects (TLS, SASL). Default: the pipeline's `security` block.
     #[serde(default)]
-    pub security: Option<Security>,
+    pub security: Option<Box<Security>>,
     /// Partition assignment: `cooperative` (incremental, cooperative-sticky) or `eager` (range).
     #[serde(default)]
     pub assignor: Assignor,
@@ -181,7 +181,7 @@ pub struct KafkaSink {
     pub topic: String,
     /// How this client connects (TLS, SASL). Default: the pipeline's `security` block.
     #[serde(default)]
-    pub security: Option<Security>,
+    pub security: Option<Box<Security>>,
     /// Any librdkafka producer property (`compression.type`, `linger.ms`, …). `acks` is
     /// always `all` and idempotence on: a message counts as done only when the broker has it.
     #[serde(default)]

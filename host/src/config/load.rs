@@ -55,17 +55,17 @@ fn security_blocks(cfg: &mut PipelineConfig) -> Vec<(&'static str, &mut super::S
     let mut out: Vec<(&'static str, &mut super::Security)> = Vec::new();
     if let SourceConfig::Kafka(k) = &mut cfg.source {
         if let Some(s) = &mut k.security {
-            out.push(("source.kafka.security", s));
+            out.push(("source.kafka.security", &mut **s));
         }
     }
     if let SinkConfig::Kafka(k) = &mut cfg.sink {
         if let Some(s) = &mut k.security {
-            out.push(("sink.kafka.security", s));
+            out.push(("sink.kafka.security", &mut **s));
         }
     }
     if let Some(SinkConfig::Kafka(k)) = &mut cfg.reject {
         if let Some(s) = &mut k.security {
-            out.push(("reject.kafka.security", s));
+            out.push(("reject.kafka.security", &mut **s));
         }
     }
     out
@@ -152,11 +152,11 @@ fn share_security(cfg: &mut PipelineConfig) {
         return;
     };
     if let SourceConfig::Kafka(k) = &mut cfg.source {
-        k.security.get_or_insert_with(|| shared.clone());
+        k.security.get_or_insert_with(|| Box::new(shared.clone()));
     }
     for sink in std::iter::once(&mut cfg.sink).chain(cfg.reject.as_mut()) {
         if let SinkConfig::Kafka(k) = sink {
-            k.security.get_or_insert_with(|| shared.clone());
+            k.security.get_or_insert_with(|| Box::new(shared.clone()));
         }
     }
 }
@@ -325,13 +325,13 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
         blocks.push(("security", s));
     }
     if let SourceConfig::Kafka(k) = &cfg.source {
-        blocks.extend(k.security.as_ref().map(|s| ("source.kafka.security", s)));
+        blocks.extend(k.security.as_deref().map(|s| ("source.kafka.security", s)));
     }
     if let SinkConfig::Kafka(k) = &cfg.sink {
-        blocks.extend(k.security.as_ref().map(|s| ("sink.kafka.security", s)));
+        blocks.extend(k.security.as_deref().map(|s| ("sink.kafka.security", s)));
     }
     if let Some(SinkConfig::Kafka(k)) = &cfg.reject {
-        blocks.extend(k.security.as_ref().map(|s| ("reject.kafka.security", s)));
+        blocks.extend(k.security.as_deref().map(|s| ("reject.kafka.security", s)));
     }
     for (path, s) in blocks {
         if let Some((field, msg)) = s.problems() {

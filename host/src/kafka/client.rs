@@ -37,7 +37,7 @@ pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
         // leave the pipeline idle for up to a second after every hold.
         .set("fetch.queue.backoff.ms", "10")
         .set("log_level", "4");
-    secure(&mut c, src.security.as_ref());
+    secure(&mut c, src.security.as_deref());
     for (k, v) in &src.properties {
         c.set(k, property_text(v));
     }
@@ -54,7 +54,7 @@ pub fn producer_config(sink: &KafkaSink) -> ClientConfig {
     c.set("bootstrap.servers", &sink.brokers)
         .set("linger.ms", "5")
         .set("log_level", "4");
-    secure(&mut c, sink.security.as_ref());
+    secure(&mut c, sink.security.as_deref());
     for (k, v) in &sink.properties {
         c.set(k, property_text(v));
     }

@@ -244,7 +244,7 @@ fn source(
         k.brokers,
         meta.brokers().len(),
         brokers_word(meta.brokers().len()),
-        security_of(k.security.as_ref())
+        security_of(k.security.as_deref())
     )));
     let mut tpl = TopicPartitionList::new();
     for t in &k.topics {
@@ -348,7 +348,7 @@ fn sink(
         k.brokers,
         meta.brokers().len(),
         brokers_word(meta.brokers().len()),
-        security_of(k.security.as_ref())
+        security_of(k.security.as_deref())
     )));
     let t = &k.topic;
     let exists = meta
