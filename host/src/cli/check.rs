@@ -12,7 +12,8 @@ pub fn check(path: &Path, connect: bool) -> ExitCode {
         if !crate::kafka::preflight::applies(&cfg) {
             println!("no Kafka source, sink or reject path: nothing to connect to");
         }
-        let printed = crate::kafka::preflight::run(&cfg, cfg.runtime.connect_timeout, &mut |l| {
+        let mode = crate::kafka::preflight::Mode::Check;
+        let printed = crate::kafka::preflight::run(&cfg, cfg.runtime.connect_timeout, mode, &mut |l| {
             println!("{}", crate::redact::redact(&l.to_string()));
         });
         if let Err(f) = printed {

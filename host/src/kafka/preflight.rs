@@ -50,6 +50,14 @@ impl Capture {
         })
     }
 
+    /// Whether librdkafka said every broker is down.
+    fn all_down(&self) -> bool {
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        errors.iter().any(|(e, _)| {
+            e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::AllBrokersDown)
+        })
+    }
+
     /// The last error seen that says more than "all brokers are down" (for a time-out's
     /// message).
     fn last(&self) -> Option<String> {
@@ -128,20 +136,39 @@ pub fn applies(cfg: &PipelineConfig) -> bool {
             .any(|s| matches!(s, SinkConfig::Kafka(_)))
 }
 
+/// Who runs the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `weir check --connect`: a cluster that does not answer within the timeout fails.
+    Check,
+    /// `weir run`: a broker that is merely down is librdkafka's to retry, as it always was;
+    /// that client's checks are skipped with a warning as soon as every broker refused, and
+    /// the run starts.
+    Run,
+}
+
 /// Runs every check, reporting each that passes to `ok`; the first that fails is the error.
 pub fn run(
     cfg: &PipelineConfig,
     timeout: Duration,
+    mode: Mode,
     ok: &mut dyn FnMut(&CheckLine),
 ) -> Result<(), ClientFailure> {
+    let down = |r: Result<(), ClientFailure>| match r {
+        Err(f) if mode == Mode::Run && f.kind == FailureKind::Runtime => {
+            tracing::warn!("{}: {}; starting anyway (the client retries)", f.client, f.message);
+            Ok(())
+        }
+        r => r,
+    };
     if let SourceConfig::Kafka(k) = &cfg.source {
-        source(k, timeout, ok)?;
+        down(source(k, timeout, mode, ok))?;
     }
     if let SinkConfig::Kafka(k) = &cfg.sink {
-        sink(k, "sink", timeout, ok)?;
+        down(sink(k, "sink", timeout, mode, ok))?;
     }
     if let Some(SinkConfig::Kafka(k)) = &cfg.reject {
-        sink(k, "reject path", timeout, ok)?;
+        down(sink(k, "reject path", timeout, mode, ok))?;
     }
     if cfg.delivery == Delivery::ExactlyOnce {
         if let (SourceConfig::Kafka(src), SinkConfig::Kafka(k)) = (&cfg.source, &cfg.sink) {
@@ -158,9 +185,9 @@ fn connect<C: ClientContext>(
     client: &Client<C>,
     pump: &dyn Fn(),
     capture: &Capture,
-    name: &str,
-    brokers: &str,
+    (name, brokers): (&str, &str),
     timeout: Duration,
+    mode: Mode,
 ) -> Result<Metadata, ClientFailure> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -181,6 +208,16 @@ fn connect<C: ClientContext>(
                     return Err(failure(name, kind, e.to_string()));
                 }
             }
+        }
+        if mode == Mode::Run && capture.all_down() {
+            return Err(failure(
+                name,
+                FailureKind::Runtime,
+                format!(
+                    "no broker of `{brokers}` is reachable ({})",
+                    capture.last().unwrap_or_default()
+                ),
+            ));
         }
         if Instant::now() >= deadline {
             let last = capture
@@ -224,6 +261,7 @@ fn brokers_word(n: usize) -> &'static str {
 fn source(
     k: &KafkaSource,
     timeout: Duration,
+    mode: Mode,
     ok: &mut dyn FnMut(&CheckLine),
 ) -> Result<(), ClientFailure> {
     let name = "source";
@@ -238,7 +276,14 @@ fn source(
     let capture = consumer.context();
     // Polling serves the error events (they reach `capture` through the context).
     let pump = || while consumer.poll(Duration::ZERO).is_some() {};
-    let meta = connect(consumer.client(), &pump, capture, name, &k.brokers, timeout)?;
+    let meta = connect(
+        consumer.client(),
+        &pump,
+        capture,
+        (name, &k.brokers),
+        timeout,
+        mode,
+    )?;
     ok(&line(format!(
         "connected to {} ({} {}; {})",
         k.brokers,
@@ -326,6 +371,7 @@ fn sink(
     k: &KafkaSink,
     name: &str,
     timeout: Duration,
+    mode: Mode,
     ok: &mut dyn FnMut(&CheckLine),
 ) -> Result<(), ClientFailure> {
     let line = |what: String| CheckLine {
@@ -342,7 +388,14 @@ fn sink(
     let pump = || {
         producer.poll(Duration::ZERO);
     };
-    let meta = connect(producer.client(), &pump, capture, name, &k.brokers, timeout)?;
+    let meta = connect(
+        producer.client(),
+        &pump,
+        capture,
+        (name, &k.brokers),
+        timeout,
+        mode,
+    )?;
     ok(&line(format!(
         "connected to {} ({} {}; {})",
         k.brokers,

@@ -220,7 +220,8 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
     // The cluster first: a wrong password or a missing topic is an error before any stage
     // is loaded or called.
     if crate::kafka::preflight::applies(cfg) {
-        crate::kafka::preflight::run(cfg, cfg.runtime.connect_timeout, &mut |l| {
+        let mode = crate::kafka::preflight::Mode::Run;
+        crate::kafka::preflight::run(cfg, cfg.runtime.connect_timeout, mode, &mut |l| {
             tracing::info!("start-up check: {l}");
         })
         .map_err(StartError::Kafka)?;
