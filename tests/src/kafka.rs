@@ -105,6 +105,14 @@ impl Broker {
         b
     }
 
+    /// Sends a command to `weir broker` (`refuse-topic …`, `refuse …`) and gives it a moment.
+    pub fn command(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("a `weir broker`");
+        writeln!(stdin, "{line}").expect("broker command");
+        stdin.flush().expect("broker command");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     /// Takes the (single) broker down or up (`weir broker` only).
     pub fn set_up(&mut self, up: bool) {
         let stdin = self.stdin.as_mut().expect("a `weir broker`");

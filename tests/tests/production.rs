@@ -722,3 +722,97 @@ fn every_worked_security_example_in_the_docs_loads() {
         );
     }
 }
+
+/// Refusals as a cluster's ACLs give them (staged with `weir broker`'s `refuse` commands):
+/// each fails the start-up checks with exit 2 naming what was refused, and a refusal that
+/// arrives while the pipeline runs ends it (exit 2) instead of looping, committing only what
+/// was delivered.
+#[test]
+fn refusals_like_acls_fail_the_checks_and_a_refused_fetch_ends_a_running_pipeline() {
+    let mut b = Broker::start(WEIR, &[("in", 1), ("out", 1), ("secret", 1)]);
+    let s = scratch!();
+    let plain = "  protocol: plaintext\n";
+    let cases = [
+        (
+            "refuse-topic secret TOPIC_AUTHORIZATION_FAILED",
+            "[secret]",
+            "topic `secret`",
+        ),
+        (
+            "refuse OffsetFetch GROUP_AUTHORIZATION_FAILED 1",
+            "[in]",
+            "group `secure-group`",
+        ),
+    ];
+    for (i, (command, topics, said)) in cases.iter().enumerate() {
+        b.command(command);
+        let name = format!("c{i}.yaml");
+        s.write(
+            &name,
+            &pipeline(&b.bootstrap, plain, "", "").replace("[in]", topics),
+        );
+        let (out, code, _) = check_connect(&s, &name, &[]);
+        assert_eq!(code, 2, "{command}: {out}");
+        assert!(
+            out.contains("FAIL  source") && out.contains(said),
+            "{command}: {out}"
+        );
+        assert!(
+            out.to_lowercase().contains("authorization failed"),
+            "{command}: {out}"
+        );
+    }
+    b.command("refuse InitProducerId TRANSACTIONAL_ID_AUTHORIZATION_FAILED 1");
+    s.write(
+        "eos.yaml",
+        &format!(
+            "{}delivery: exactly-once\n",
+            pipeline(&b.bootstrap, plain, "", "")
+        ),
+    );
+    let (out, code, _) = check_connect(&s, "eos.yaml", &[]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("FAIL  transactions"), "{out}");
+    assert!(out.to_lowercase().contains("authorization failed"), "{out}");
+
+    // While running: the broker starts refusing the source's fetches.
+    b.produce("in", &records(10, 1, |i| format!("v{i}")));
+    s.write("p.yaml", &pipeline(&b.bootstrap, plain, "", ""));
+    let log = std::fs::File::create(s.path("run.log")).expect("log");
+    let mut child = s
+        .weir(&["run", "p.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.committed("secure-group", "in", 1) != [Some(10)] {
+        assert!(
+            Instant::now() < deadline,
+            "the first 10 were never committed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(b.read("out").len(), 10);
+    // (Every fetch from now on is refused, the test's own reads too.)
+    b.command("refuse Fetch TOPIC_AUTHORIZATION_FAILED 100000");
+    b.produce("in", &records(5, 1, |i| format!("later{i}")));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(s.path("run.log")).unwrap_or_default();
+            panic!("still running 30 s after its fetches were refused: {log}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = std::fs::read_to_string(s.path("run.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.to_lowercase().contains("authorization failed"), "{log}");
+    let report = s.report();
+    assert_eq!(report["error_kind"], "credentials", "{report}");
+    assert_eq!(b.committed("secure-group", "in", 1), [Some(10)]);
+}

@@ -1,6 +1,9 @@
 //! `weir broker`: a throw-away Kafka-protocol broker (librdkafka's mock cluster) for
 //! development and tests. Prints its bootstrap address on the first line of stdout, then
-//! reads commands from stdin (`down ID`, `up ID`) until end of input.
+//! reads commands from stdin until end of input: `down ID`, `up ID`, and the refusals a
+//! secured cluster gives, for trying Weir's answers to them: `refuse-topic TOPIC ERROR` (the
+//! topic's metadata carries ERROR; `NONE` clears it) and `refuse API ERROR COUNT` (the next
+//! COUNT requests of API are answered with ERROR).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -63,13 +66,28 @@ pub fn broker(args: &BrokerArgs) -> ExitCode {
     let _ = std::io::stdout().flush();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
-        let mut words = line.split_whitespace();
-        let result = match (words.next(), words.next().map(str::parse::<i32>)) {
-            (Some("down"), Some(Ok(id))) => broker.set_broker_up(id, false),
-            (Some("up"), Some(Ok(id))) => broker.set_broker_up(id, true),
-            (None, _) => continue,
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let result = match words[..] {
+            ["down", id] | ["up", id] => match id.parse::<i32>() {
+                Ok(id) => broker.set_broker_up(id, words[0] == "up"),
+                Err(_) => {
+                    eprintln!("weir broker: `{line}`: ID is a broker number");
+                    continue;
+                }
+            },
+            ["refuse-topic", topic, error] => broker.refuse_topic(topic, error),
+            ["refuse", api, error, count] => match count.parse::<usize>() {
+                Ok(n) => broker.refuse_requests(api, error, n),
+                Err(_) => {
+                    eprintln!("weir broker: `{line}`: COUNT is a number");
+                    continue;
+                }
+            },
+            [] => continue,
             _ => {
-                eprintln!("weir broker: commands are `down ID` and `up ID`");
+                eprintln!(
+                    "weir broker: commands are `down ID`, `up ID`, `refuse-topic TOPIC ERROR` and `refuse API ERROR COUNT`"
+                );
                 continue;
             }
         };

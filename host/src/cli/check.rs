@@ -13,9 +13,10 @@ pub fn check(path: &Path, connect: bool) -> ExitCode {
             println!("no Kafka source, sink or reject path: nothing to connect to");
         }
         let mode = crate::kafka::preflight::Mode::Check;
-        let printed = crate::kafka::preflight::run(&cfg, cfg.runtime.connect_timeout, mode, &mut |l| {
-            println!("{}", crate::redact::redact(&l.to_string()));
-        });
+        let printed =
+            crate::kafka::preflight::run(&cfg, cfg.runtime.connect_timeout, mode, &mut |l| {
+                println!("{}", crate::redact::redact(&l.to_string()));
+            });
         if let Err(f) = printed {
             println!(
                 "FAIL  {:<12} {}",

@@ -90,6 +90,33 @@ impl EmbeddedBroker {
         check(code, "changing broker state")
     }
 
+    /// Makes the broker refuse a topic in its metadata with `error` (`NONE` clears it): what
+    /// a cluster's ACL does to a client that may not describe the topic.
+    pub fn refuse_topic(&self, topic: &str, error: &str) -> Result<(), BrokerError> {
+        let name = CString::new(topic).map_err(err)?;
+        let code = error_code(error)?;
+        // SAFETY: `cluster` is live and `name` outlives the call.
+        unsafe { rdkafka_sys::rd_kafka_mock_topic_set_error(self.cluster, name.as_ptr(), code) };
+        Ok(())
+    }
+
+    /// Makes the broker answer the next `count` requests of `api` (`Fetch`, `OffsetFetch`,
+    /// `InitProducerId`, …) with `error`, whoever sends them.
+    pub fn refuse_requests(&self, api: &str, error: &str, count: usize) -> Result<(), BrokerError> {
+        let key = api_key(api)?;
+        let codes = vec![error_code(error)?; count];
+        // SAFETY: `cluster` is live; `codes` holds `count` errors and outlives the call.
+        unsafe {
+            rdkafka_sys::rd_kafka_mock_push_request_errors_array(
+                self.cluster,
+                key,
+                count,
+                codes.as_ptr(),
+            )
+        };
+        Ok(())
+    }
+
     /// Produces every message of a JSONL file (docs/messages.md) to `topic`; a message's
     /// own `topic` field is ignored. Returns how many were produced.
     pub fn seed_jsonl(&self, topic: &str, path: &Path) -> Result<u64, BrokerError> {
@@ -195,6 +222,47 @@ impl EmbeddedBroker {
             .map_err(err)?;
         Ok(meta.topics().iter().map(|t| t.name().to_owned()).collect())
     }
+}
+
+/// The refusals `weir broker` can stage (the errors an ACL or a missing topic gives).
+fn error_code(name: &str) -> Result<rdkafka_sys::rd_kafka_resp_err_t, BrokerError> {
+    use rdkafka_sys::rd_kafka_resp_err_t as E;
+    Ok(match name {
+        "NONE" => E::RD_KAFKA_RESP_ERR_NO_ERROR,
+        "TOPIC_AUTHORIZATION_FAILED" => E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        "GROUP_AUTHORIZATION_FAILED" => E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED,
+        "CLUSTER_AUTHORIZATION_FAILED" => E::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED,
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" => {
+            E::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        }
+        "UNKNOWN_TOPIC_OR_PART" => E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+        "SASL_AUTHENTICATION_FAILED" => E::RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED,
+        other => {
+            return Err(err(format!(
+                "unknown error `{other}` (NONE, TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PART, SASL_AUTHENTICATION_FAILED)"
+            )))
+        }
+    })
+}
+
+/// Kafka API keys by name, for [`EmbeddedBroker::refuse_requests`].
+fn api_key(name: &str) -> Result<i16, BrokerError> {
+    Ok(match name {
+        "Produce" => 0,
+        "Fetch" => 1,
+        "ListOffsets" => 2,
+        "Metadata" => 3,
+        "OffsetCommit" => 8,
+        "OffsetFetch" => 9,
+        "FindCoordinator" => 10,
+        "JoinGroup" => 11,
+        "InitProducerId" => 22,
+        other => {
+            return Err(err(format!(
+                "unknown API `{other}` (Produce, Fetch, ListOffsets, Metadata, OffsetCommit, OffsetFetch, FindCoordinator, JoinGroup, InitProducerId)"
+            )))
+        }
+    })
 }
 
 fn check(code: rdkafka_sys::rd_kafka_resp_err_t, what: &str) -> Result<(), BrokerError> {

@@ -156,7 +156,11 @@ pub fn run(
 ) -> Result<(), ClientFailure> {
     let down = |r: Result<(), ClientFailure>| match r {
         Err(f) if mode == Mode::Run && f.kind == FailureKind::Runtime => {
-            tracing::warn!("{}: {}; starting anyway (the client retries)", f.client, f.message);
+            tracing::warn!(
+                "{}: {}; starting anyway (the client retries)",
+                f.client,
+                f.message
+            );
             Ok(())
         }
         r => r,
