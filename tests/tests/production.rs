@@ -55,6 +55,7 @@ fn text(b: &[u8]) -> String {
 fn check_connect(s: &Scratch, yaml: &str, envs: &[(&str, &str)]) -> (String, i32, f64) {
     let t = Instant::now();
     let mut cmd = s.weir(&["check", "--connect", yaml]);
+    cmd.env("WEIR_LOG", "debug,wasmtime=warn,cranelift=warn");
     for (k, v) in envs {
         cmd.env(k, v);
     }

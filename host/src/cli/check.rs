@@ -23,7 +23,7 @@ pub fn check(path: &Path, connect: bool) -> ExitCode {
                 f.client,
                 crate::redact::redact(&f.message)
             );
-            return super::client_failure(&f);
+            return super::client_failure("", &f);
         }
     }
     let prepared = match crate::runtime::prepare(&cfg) {

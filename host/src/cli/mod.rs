@@ -196,9 +196,9 @@ fn plugin_name(path: &std::path::Path) -> String {
 
 /// Prints a Kafka client failure and returns its exit code (2 for configuration and
 /// credentials, 1 otherwise).
-fn client_failure(f: &crate::kafka::fatal::ClientFailure) -> ExitCode {
+fn client_failure(what: &str, f: &crate::kafka::fatal::ClientFailure) -> ExitCode {
     let code = f.kind.exit_code();
-    bad_input(f);
+    bad_input(format_args!("{what}{f}"));
     ExitCode::from(code)
 }
 

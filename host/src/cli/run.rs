@@ -67,7 +67,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                     ));
                 }
             }
-            Err(f) => return super::client_failure(&f),
+            Err(f) => return super::client_failure("--reset-to: ", &f),
         }
     }
     let opts = RunOptions {
@@ -98,7 +98,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 ExitState::Failed => ExitCode::from(super::EXIT_FAILED),
             }
         }
-        Err(runtime::StartError::Kafka(f)) => super::client_failure(&f),
+        Err(runtime::StartError::Kafka(f)) => super::client_failure("start-up check: ", &f),
         Err(e) => super::bad_input(e),
     }
 }

@@ -103,6 +103,24 @@ pub fn classify(code: RDKafkaErrorCode, reason: &str) -> Option<FailureKind> {
     }
 }
 
+/// The same judgement from one of librdkafka's log lines (facility `FAIL`, level error),
+/// which arrive as soon as a connection fails; its error events can lag them by seconds.
+pub fn classify_log(msg: &str) -> Option<FailureKind> {
+    let tls = msg.contains("SSL handshake failed")
+        || msg.contains("certificate verify failed")
+        || (msg.contains("SSL") && msg.contains(" alert "));
+    let sasl = msg.contains("SASL authentication error")
+        || msg.contains("Authentication failed")
+        || (msg.contains("SASL") && msg.contains("mechanism handshake failed"));
+    if tls || sasl {
+        Some(FailureKind::Credentials)
+    } else if msg.contains("incorrect security.protocol") {
+        Some(FailureKind::Configuration)
+    } else {
+        None
+    }
+}
+
 /// The code of a client error, where it has one.
 pub fn code_of(e: &KafkaError) -> Option<RDKafkaErrorCode> {
     e.rdkafka_error_code()
@@ -181,6 +199,21 @@ mod tests {
         assert_eq!(FailureKind::Credentials.exit_code(), 2);
         assert_eq!(FailureKind::Configuration.exit_code(), 2);
         assert_eq!(FailureKind::Runtime.exit_code(), 1);
+    }
+
+    #[test]
+    fn log_lines_that_say_tls_or_sasl_failed_are_fatal_and_a_refused_connection_is_not() {
+        let cases = [
+            ("ssl://localhost:1/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed", Some(FailureKind::Credentials)),
+            ("Receive failed: error:0A00045C:SSL routines::tlsv13 alert certificate required", Some(FailureKind::Credentials)),
+            ("SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256", Some(FailureKind::Credentials)),
+            ("Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?)", Some(FailureKind::Configuration)),
+            ("Connect to ipv4#127.0.0.1:9092 failed: Connection refused", None),
+            ("Receive failed: error:0A000126:SSL routines::unexpected eof while reading", None),
+        ];
+        for (msg, want) in cases {
+            assert_eq!(classify_log(msg), want, "{msg}");
+        }
     }
 
     #[test]

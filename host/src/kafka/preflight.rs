@@ -38,15 +38,25 @@ use crate::config::{
 #[derive(Default)]
 pub struct Capture {
     errors: Mutex<Vec<(KafkaError, String)>>,
+    /// librdkafka's error-level log lines that say why a connection failed (they come at
+    /// once; the error events can lag them by seconds).
+    fails: Mutex<Vec<String>>,
 }
 
 impl Capture {
     /// The first error that cannot heal, as a failure of `client`.
     fn fatal(&self, client: &str) -> Option<ClientFailure> {
         let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
-        errors.iter().find_map(|(e, reason)| {
+        let event = errors.iter().find_map(|(e, reason)| {
             let kind = classify(e.rdkafka_error_code()?, reason)?;
             Some(failure(client, kind, describe(e, reason)))
+        });
+        event.or_else(|| {
+            let fails = self.fails.lock().unwrap_or_else(|p| p.into_inner());
+            fails.iter().find_map(|line| {
+                let kind = super::fatal::classify_log(line)?;
+                Some(failure(client, kind, line.clone()))
+            })
         })
     }
 
@@ -89,6 +99,18 @@ impl ClientContext for Capture {
             return;
         }
         tracing::debug!(target: "librdkafka", "preflight {fac}: {msg}");
+        if (level as i32) <= (RDKafkaLogLevel::Error as i32) {
+            // "[thrd:ssl://host:9093/bootstrap]: ssl://host:9093/bootstrap: …": the thread
+            // name says nothing the rest does not.
+            let msg = match msg.strip_prefix("[thrd:").and_then(|r| r.split_once("]: ")) {
+                Some((_, rest)) => rest,
+                None => msg,
+            };
+            self.fails
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(msg.to_owned());
+        }
     }
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::debug!("preflight: {error}: {reason}");
