@@ -93,16 +93,21 @@ impl Broker {
             assert!(Instant::now() < deadline, "tansu did not listen on {port}");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let admin: AdminClient<DefaultClientContext> = b.client().create().expect("admin client");
-        let new: Vec<NewTopic<'_>> = topics
-            .iter()
-            .map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1)))
-            .collect();
+        for (t, p) in topics {
+            b.create_topic(t, *p);
+        }
+        b
+    }
+
+    /// Creates a topic through the admin API (tansu; `weir broker` takes `create` on stdin).
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> =
+            self.client().create().expect("admin client");
+        let new = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
         let rt = futures_executor::block_on(admin.create_topics(&new, &AdminOptions::new()));
         for r in rt.expect("create topics") {
             r.expect("topic created");
         }
-        b
     }
 
     /// Sends a command to `weir broker` (`refuse-topic …`, `refuse …`) and gives it a moment.

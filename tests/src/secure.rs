@@ -64,94 +64,39 @@ impl Certs {
 
     /// Makes them with `openssl` in `dir`.
     pub fn make(openssl: &str, dir: &Path) -> Certs {
-        let run = |args: &[&str]| {
+        // One openssl command line, as written (no argument has a space).
+        let run = |line: &str| {
+            let args: Vec<&str> = line.split_whitespace().collect();
             let out = Command::new(openssl)
-                .args(args)
+                .args(&args)
                 .current_dir(dir)
                 .output()
                 .expect("running openssl");
             assert!(
                 out.status.success(),
-                "openssl {args:?}: {}",
+                "openssl {line}: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         };
         std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").expect("write");
-        let pass = format!("pass:{}", Self::KEY_PASSWORD);
+        let days = "-days 2";
         for ca in ["ca", "other-ca"] {
-            run(&[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "2",
-                "-keyout",
-                &format!("{ca}.key"),
-                "-out",
-                &format!("{ca}.pem"),
-                "-subj",
-                &format!("/CN=weir-test-{ca}"),
-            ]);
+            run(&format!(
+                "req -x509 -newkey rsa:2048 -nodes {days} -keyout {ca}.key -out {ca}.pem -subj /CN=weir-test-{ca}"
+            ));
         }
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            "server.pem",
-            "-extfile",
-            "san.ext",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-keyout",
-            "client.key",
-            "-passout",
-            &pass,
-            "-out",
-            "client.csr",
-            "-subj",
-            "/CN=weir-client",
-        ]);
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            "client.pem",
-        ]);
+        let sign = "-CA ca.pem -CAkey ca.key -CAcreateserial";
+        run("req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
+        run(&format!(
+            "x509 -req -in server.csr {sign} {days} -out server.pem -extfile san.ext"
+        ));
+        run(&format!(
+            "req -newkey rsa:2048 -keyout client.key -passout pass:{} -out client.csr -subj /CN=weir-client",
+            Self::KEY_PASSWORD
+        ));
+        run(&format!(
+            "x509 -req -in client.csr {sign} {days} -out client.pem"
+        ));
         std::fs::write(
             dir.join("client-key-password"),
             format!("{}\n", Self::KEY_PASSWORD),

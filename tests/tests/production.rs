@@ -51,6 +51,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `weir check` of `yaml` (as `bad.yaml`) must refuse it with exit 2; its error text.
+fn refused(s: &Scratch, yaml: &str) -> String {
+    s.write("bad.yaml", yaml);
+    let out = s.run(&["check", "bad.yaml"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    err
+}
+
 /// `weir check --connect` (stdout+stderr, exit code, seconds taken).
 fn check_connect(s: &Scratch, yaml: &str, envs: &[(&str, &str)]) -> (String, i32, f64) {
     let t = Instant::now();
@@ -497,10 +506,10 @@ fn start_from_an_offset_applies_to_partitions_without_a_committed_offset() {
     // A group with committed offsets ignores `start`: g-offset resumes at 10.
     assert_eq!(run("e.yaml", "earliest", "g-offset")["read"], 0);
     // A bad value names the field and the forms it takes.
-    s.write("bad.yaml", &format!("source:\n  kafka:\n    brokers: {}\n    topics: [in]\n    group: g\n    start: yesterday\nsink:\n  discard: {{}}\n", b.bootstrap));
-    let out = s.run(&["check", "bad.yaml"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
+    let err = refused(
+        &s,
+        &format!("source:\n  kafka:\n    brokers: {}\n    topics: [in]\n    group: g\n    start: yesterday\nsink:\n  discard: {{}}\n", b.bootstrap),
+    );
     assert!(
         err.contains("source.kafka.start") && err.contains("-1h"),
         "{err}"
@@ -556,6 +565,52 @@ fn start_from_a_time_reads_what_was_written_after_it() {
             .collect();
         assert_eq!(got, expected, "start {start}: {log}");
     }
+}
+
+/// Waits until `out` holds `n` records.
+fn wait_for(b: &Broker, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.read("out").len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} arrived",
+            b.read("out").len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A topic created while the pipeline runs joins at the next metadata refresh (1 s here).
+/// On tansu: librdkafka's mock cluster never completes the cooperative rejoin that follows.
+#[test]
+fn a_topic_created_later_that_matches_the_pattern_joins_the_running_pipeline() {
+    let b = weir_tests::kafka::tansu(&[("logs-a", 1), ("out", 1)]);
+    b.produce("logs-a", &records(3, 1, |i| format!("a{i}")));
+    let s = scratch!();
+    let yaml = format!(
+        "source:\n  kafka:\n    brokers: {bs}\n    topics: [\"^logs-.*\"]\n    group: later\n    commit_interval: 100ms\n    properties:\n      topic.metadata.refresh.interval.ms: 1000\nsink:\n  kafka:\n    brokers: {bs}\n    topic: out\n",
+        bs = b.bootstrap
+    );
+    s.write("p.yaml", &yaml);
+    let log = std::fs::File::create(s.path("run.log")).expect("log");
+    let mut child = s
+        .weir(&["run", "p.yaml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn");
+    wait_for(&b, 3);
+    b.create_topic("logs-b", 2);
+    b.produce("logs-b", &records(4, 2, |i| format!("b{i}")));
+    wait_for(&b, 7);
+    sigterm(&child);
+    let st = child.wait().expect("wait");
+    let log = std::fs::read_to_string(s.path("run.log")).unwrap_or_default();
+    assert!(st.success(), "{log}");
+    assert!(log.contains("added=[\"logs-b\"]"), "{log}");
+    let mut values: Vec<String> = b.read("out").into_iter().map(|r| r.value).collect();
+    values.sort();
+    assert_eq!(values, ["a0", "a1", "a2", "b0", "b1", "b2", "b3"]);
 }
 
 #[test]
@@ -635,24 +690,18 @@ fn reset_to_moves_a_groups_offsets_before_the_run_and_is_refused_while_the_group
 #[test]
 fn a_security_block_with_a_gap_is_an_error_naming_its_line_and_field() {
     let s = scratch!();
-    s.write(
-        "p.yaml",
+    let err = refused(
+        &s,
         "source:\n  kafka:\n    brokers: localhost:9092\n    topics: [in]\n    group: g\nsink:\n  discard: {}\nsecurity:\n  sasl:\n    mechanism: SCRAM-SHA-256\n    username: weir\n",
     );
-    let out = s.run(&["check", "p.yaml"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
     assert!(
-        err.contains("p.yaml:9") && err.contains("security.sasl.password"),
+        err.contains("bad.yaml:9") && err.contains("security.sasl.password"),
         "{err}"
     );
-    s.write(
-        "q.yaml",
+    let err = refused(
+        &s,
         "source:\n  kafka:\n    brokers: localhost:9092\n    topics: [in]\n    group: g\n    security:\n      ca: missing-ca.pem\nsink:\n  discard: {}\n",
     );
-    let out = s.run(&["check", "q.yaml"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
     assert!(
         err.contains("source.kafka.security.ca") && err.contains("missing-ca.pem"),
         "{err}"

@@ -1,6 +1,7 @@
 //! `weir broker`: a throw-away Kafka-protocol broker (librdkafka's mock cluster) for
 //! development and tests. Prints its bootstrap address on the first line of stdout, then
-//! reads commands from stdin until end of input: `down ID`, `up ID`, and the refusals a
+//! reads commands from stdin until end of input: `down ID`, `up ID`, `create TOPIC[:N]`, and
+//! the refusals a
 //! secured cluster gives, for trying Weir's answers to them: `refuse-topic TOPIC ERROR` (the
 //! topic's metadata carries ERROR; `NONE` clears it) and `refuse API ERROR COUNT` (the next
 //! COUNT requests of API are answered with ERROR).
@@ -33,20 +34,26 @@ pub(super) fn parse_seed(s: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
+/// Parses `NAME` or `NAME:PARTITIONS`.
+fn parse_topic(t: &str) -> Result<(&str, i32), String> {
+    match t.split_once(':') {
+        Some((n, p)) => match p.parse::<i32>() {
+            Ok(p) if p > 0 && !n.is_empty() => Ok((n, p)),
+            _ => Err(format!("topic `{t}`: expected NAME or NAME:PARTITIONS")),
+        },
+        None => Ok((t, 1)),
+    }
+}
+
 pub fn broker(args: &BrokerArgs) -> ExitCode {
     let broker = match EmbeddedBroker::start(args.brokers) {
         Ok(b) => b,
         Err(e) => return super::bad_input(e),
     };
     for t in &args.topics {
-        let (name, parts) = match t.split_once(':') {
-            Some((n, p)) => match p.parse::<i32>() {
-                Ok(p) if p > 0 => (n, p),
-                _ => return super::bad_input(format!("--topic `{t}`: bad partition count")),
-            },
-            None => (t.as_str(), 1),
-        };
-        if let Err(e) = broker.create_topic(name, parts) {
+        let created = parse_topic(t)
+            .and_then(|(name, parts)| broker.create_topic(name, parts).map_err(|e| e.to_string()));
+        if let Err(e) = created {
             return super::bad_input(e);
         }
     }
@@ -75,6 +82,13 @@ pub fn broker(args: &BrokerArgs) -> ExitCode {
                     continue;
                 }
             },
+            ["create", topic] => match parse_topic(topic) {
+                Ok((name, parts)) => broker.create_topic(name, parts),
+                Err(e) => {
+                    eprintln!("weir broker: {e}");
+                    continue;
+                }
+            },
             ["refuse-topic", topic, error] => broker.refuse_topic(topic, error),
             ["refuse", api, error, count] => match count.parse::<usize>() {
                 Ok(n) => broker.refuse_requests(api, error, n),
@@ -86,7 +100,7 @@ pub fn broker(args: &BrokerArgs) -> ExitCode {
             [] => continue,
             _ => {
                 eprintln!(
-                    "weir broker: commands are `down ID`, `up ID`, `refuse-topic TOPIC ERROR` and `refuse API ERROR COUNT`"
+                    "weir broker: commands are `down ID`, `up ID`, `create TOPIC[:PARTITIONS]`, `refuse-topic TOPIC ERROR` and `refuse API ERROR COUNT`"
                 );
                 continue;
             }

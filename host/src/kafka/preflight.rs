@@ -272,16 +272,22 @@ fn client_err<'a>(name: &'a str, what: &str) -> impl Fn(KafkaError) -> ClientFai
     }
 }
 
-fn security_of(s: Option<&crate::config::Security>) -> String {
-    s.map_or_else(|| "plaintext".to_owned(), |s| s.describe())
-}
-
-fn brokers_word(n: usize) -> &'static str {
-    if n == 1 {
-        "broker"
-    } else {
-        "brokers"
-    }
+/// Reports a connection (its brokers and how it is secured) and hands the metadata on.
+fn connected(
+    meta: Metadata,
+    (client, brokers, security): (&str, &str, Option<&crate::config::Security>),
+    ok: &mut dyn FnMut(&CheckLine),
+) -> Metadata {
+    let n = meta.brokers().len();
+    ok(&CheckLine {
+        client: client.to_owned(),
+        what: format!(
+            "connected to {brokers} ({n} {}; {})",
+            if n == 1 { "broker" } else { "brokers" },
+            security.map_or_else(|| "plaintext".to_owned(), |s| s.describe())
+        ),
+    });
+    meta
 }
 
 fn source(
@@ -302,21 +308,18 @@ fn source(
     let capture = consumer.context();
     // Polling serves the error events (they reach `capture` through the context).
     let pump = || while consumer.poll(Duration::ZERO).is_some() {};
-    let meta = connect(
-        consumer.client(),
-        &pump,
-        capture,
-        (name, &k.brokers),
-        timeout,
-        mode,
-    )?;
-    ok(&line(format!(
-        "connected to {} ({} {}; {})",
-        k.brokers,
-        meta.brokers().len(),
-        brokers_word(meta.brokers().len()),
-        security_of(k.security.as_deref())
-    )));
+    let meta = connected(
+        connect(
+            consumer.client(),
+            &pump,
+            capture,
+            (name, &k.brokers),
+            timeout,
+            mode,
+        )?,
+        (name, &k.brokers, k.security.as_deref()),
+        ok,
+    );
     let mut tpl = TopicPartitionList::new();
     for t in &k.topics {
         if is_pattern(t) {
@@ -414,21 +417,18 @@ fn sink(
     let pump = || {
         producer.poll(Duration::ZERO);
     };
-    let meta = connect(
-        producer.client(),
-        &pump,
-        capture,
-        (name, &k.brokers),
-        timeout,
-        mode,
-    )?;
-    ok(&line(format!(
-        "connected to {} ({} {}; {})",
-        k.brokers,
-        meta.brokers().len(),
-        brokers_word(meta.brokers().len()),
-        security_of(k.security.as_deref())
-    )));
+    let meta = connected(
+        connect(
+            producer.client(),
+            &pump,
+            capture,
+            (name, &k.brokers),
+            timeout,
+            mode,
+        )?,
+        (name, &k.brokers, k.security.as_deref()),
+        ok,
+    );
     let t = &k.topic;
     let exists = meta
         .topics()

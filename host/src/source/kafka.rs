@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
@@ -49,6 +49,9 @@ pub struct SourceContext {
     pending: Mutex<Vec<Pending>>,
     closing: AtomicBool,
     fatal: Arc<FatalSlot>,
+    /// The subscription has `^patterns`: a topic going away is not fatal (see
+    /// [`PatternWatch`]).
+    patterns: bool,
 }
 
 impl ClientContext for SourceContext {
@@ -56,7 +59,13 @@ impl ClientContext for SourceContext {
         crate::kafka::client::log(level, fac, msg);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        if self.fatal.record("kafka source", &error, reason) {
+        let topic_gone = matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+        );
+        if self.patterns && topic_gone {
+            tracing::warn!("consumer: {error}: {reason}");
+        } else if self.fatal.record("kafka source", &error, reason) {
             tracing::error!("consumer: {error}: {reason}");
         } else {
             tracing::warn!("consumer: {error}: {reason}");
@@ -136,6 +145,61 @@ pub struct KafkaSource {
     group: Arc<GroupSlot>,
     /// The run's first client error that retrying cannot heal (shared with the sinks).
     fatal: Arc<FatalSlot>,
+    /// With `^patterns` among the topics: what they match, checked again every refresh.
+    patterns: Option<PatternWatch>,
+}
+
+/// Re-matches `^pattern` subscriptions. librdkafka 2.12 matches a pattern when the
+/// subscription is made, but neither its periodic metadata refresh nor subscribing again
+/// with the same list brings in topics created later (seen against the mock cluster and
+/// tansu: its metadata cache never takes them in). So Weir lists the topics itself every
+/// `topic.metadata.refresh.interval.ms` (default 5 min) and, when the matches changed,
+/// subscribes to the patterns plus, by name, every topic they match now (cooperative: only
+/// the new partitions move). A matched topic that disappears gives an unknown-topic error,
+/// which here means "match again now", not the end of the run.
+struct PatternWatch {
+    topics: Vec<String>,
+    patterns: Vec<regex_lite::Regex>,
+    every: Duration,
+    next: std::time::Instant,
+    matched: Option<std::collections::BTreeSet<String>>,
+}
+
+impl PatternWatch {
+    fn new(cfg: &KafkaSourceConfig) -> Option<Self> {
+        let patterns: Vec<regex_lite::Regex> = cfg
+            .topics
+            .iter()
+            .filter(|t| crate::config::is_pattern(t))
+            .filter_map(|t| regex_lite::Regex::new(t).ok())
+            .collect();
+        if patterns.is_empty() {
+            return None;
+        }
+        let every = cfg
+            .properties
+            .get("topic.metadata.refresh.interval.ms")
+            .and_then(|v| crate::config::property_text(v).parse::<u64>().ok())
+            .filter(|ms| *ms > 0)
+            .map_or(Duration::from_secs(300), Duration::from_millis);
+        Some(PatternWatch {
+            topics: cfg.topics.clone(),
+            patterns,
+            every,
+            next: std::time::Instant::now(),
+            matched: None,
+        })
+    }
+
+    /// The topics the patterns match in `meta` (internal ones never).
+    fn matching(&self, meta: &rdkafka::metadata::Metadata) -> std::collections::BTreeSet<String> {
+        meta.topics()
+            .iter()
+            .map(|t| t.name())
+            .filter(|n| !n.starts_with("__") && self.patterns.iter().any(|p| p.is_match(n)))
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 fn kafka(what: impl Into<String>) -> impl FnOnce(KafkaError) -> SourceError {
@@ -161,6 +225,7 @@ impl KafkaSource {
                 pending: Mutex::new(Vec::new()),
                 closing: AtomicBool::new(false),
                 fatal: fatal.clone(),
+                patterns: cfg.topics.iter().any(|t| crate::config::is_pattern(t)),
             },
         )
         .map_err(kafka(format!("consumer for group `{}`", cfg.group)))?;
@@ -179,7 +244,73 @@ impl KafkaSource {
             ends: RefCell::new(HashMap::new()),
             group: Arc::new(GroupSlot::default()),
             fatal,
+            patterns: PatternWatch::new(cfg),
         })
+    }
+
+    /// With `^patterns`: every refresh interval, lists the topics and subscribes again when
+    /// the set they match changed.
+    fn rematch_patterns(&mut self) {
+        let Some(w) = &mut self.patterns else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        if now < w.next {
+            return;
+        }
+        w.next = now + w.every;
+        let meta = match self
+            .consumer
+            .fetch_metadata(None, REQUEST_TIMEOUT.min(w.every))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("listing topics for the subscription's patterns: {e}");
+                return;
+            }
+        };
+        let now_matched = w.matching(&meta);
+        let before = w.matched.replace(now_matched.clone());
+        let Some(before) = before else {
+            return;
+        };
+        if before == now_matched {
+            return;
+        }
+        let added: Vec<&String> = now_matched.difference(&before).collect();
+        let removed: Vec<&String> = before.difference(&now_matched).collect();
+        tracing::info!(
+            ?added,
+            ?removed,
+            "topics matching the subscription's patterns changed; subscribing again"
+        );
+        let mut topics: Vec<&str> = w.topics.iter().map(String::as_str).collect();
+        topics.extend(
+            now_matched
+                .iter()
+                .map(String::as_str)
+                .filter(|t| !w.topics.iter().any(|n| n == t)),
+        );
+        if let Err(e) = self.consumer.subscribe(&topics) {
+            tracing::warn!("subscribing again: {e}");
+        }
+    }
+
+    /// With `^patterns`, an unknown topic is one that matched and went away: match again at
+    /// the next poll instead of ending the run.
+    fn pattern_topic_gone(&mut self, e: &KafkaError) -> bool {
+        let Some(w) = &mut self.patterns else {
+            return false;
+        };
+        let gone = matches!(
+            e.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+        );
+        if gone {
+            tracing::warn!("{e}: a topic the patterns matched is gone; matching again");
+            w.next = std::time::Instant::now();
+        }
+        gone
     }
 
     /// The consumer's group metadata, kept current at every rebalance: what transactions
@@ -367,6 +498,7 @@ impl Source for KafkaSource {
         if let Some(f) = self.fatal.get() {
             return Err(SourceError::Client(f));
         }
+        self.rematch_patterns();
         self.queue.serve(0);
         let mut timeout = timeout;
         for _ in 0..BURST {
@@ -406,6 +538,9 @@ impl Source for KafkaSource {
                     }
                 }
                 Some(Err(e)) => {
+                    if self.pattern_topic_gone(&e) {
+                        break;
+                    }
                     if self.fatal.record("kafka source", &e, "") {
                         let f = self.fatal.get().unwrap_or_else(|| ClientFailure {
                             client: "kafka source".into(),
