@@ -63,7 +63,10 @@ impl ClientContext for SourceContext {
             error.rdkafka_error_code(),
             Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
         );
-        if self.patterns && topic_gone {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            // With `stop_at_end` the end of a partition is news, not a problem (poll acts on it).
+            tracing::debug!("consumer: {error}: {reason}");
+        } else if self.patterns && topic_gone {
             tracing::warn!("consumer: {error}: {reason}");
         } else if self.fatal.record("kafka source", &error, reason) {
             tracing::error!("consumer: {error}: {reason}");
