@@ -91,7 +91,7 @@ pub struct RunReport {
     /// With `error`, when a Kafka client could not go on: `configuration`, `credentials`
     /// (exit 2) or `runtime` (exit 1).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<&'static str>,
+    pub error_kind: Option<crate::kafka::fatal::FailureKind>,
 }
 
 impl RunReport {

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use weir_tests::kafka::{records, sigterm, Broker};
+use weir_tests::kafka::{records, sigterm, spawn_weir, Broker, Running};
 use weir_tests::plugins::PASSTHROUGH;
 use weir_tests::secure::{python_run, read_via, tool, tools, Certs, SecureBroker};
 use weir_tests::{free_port, scratch, stage, Scratch};
@@ -76,32 +76,24 @@ fn check_connect(s: &Scratch, yaml: &str, envs: &[(&str, &str)]) -> (String, i32
     )
 }
 
-/// Waits until `topic` holds `want` values (read with `config`), then SIGTERMs weir and waits
-/// for a clean exit. tansu's end offsets lag, so `stop_at_end` is not used there.
-fn run_until(
-    s: &Scratch,
-    b: &SecureBroker,
-    want: usize,
-    envs: &[(&str, &str)],
-    extra: &mut dyn FnMut(),
-) -> Vec<String> {
-    let mut cmd = s.weir(&["run", "p.yaml"]);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let log = std::fs::File::create(s.path("run.log")).expect("log");
-    let mut child = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn weir");
+/// Runs `p.yaml` until `out` holds `want` values (read with the broker's own client), calls
+/// `extra` while it still runs, then stops it. tansu's end offsets lag, so `stop_at_end` is
+/// not used there.
+fn run_until(s: &Scratch, b: &SecureBroker, want: usize, extra: &mut dyn FnMut()) -> Vec<String> {
+    let child = spawn_weir(s, "p.yaml", "run.log");
     let got = read_via(&b.client(), "out", want, Duration::from_secs(60));
     extra();
+    stop(child, s, "run.log");
+    got
+}
+
+/// SIGTERMs a `weir run`, waits for its clean exit, and returns its log.
+fn stop(mut child: Running, s: &Scratch, log: &str) -> String {
     sigterm(&child);
     let st = child.wait().expect("wait");
-    let log = std::fs::read_to_string(s.path("run.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(s.path(log)).unwrap_or_default();
     assert!(st.success(), "weir run exited {st}: {log}");
-    got
+    log
 }
 
 #[test]
@@ -132,7 +124,7 @@ fn mutual_tls_with_an_encrypted_key_carries_a_pipeline_and_a_wrong_ca_or_missing
     ] {
         assert!(out.contains(want), "missing {want:?} in: {out}");
     }
-    let got = run_until(&s, &b, values.len(), &[], &mut || {});
+    let got = run_until(&s, &b, values.len(), &mut || {});
     assert_eq!(
         got, values,
         "every record through the pipeline over mutual TLS, in order"
@@ -272,7 +264,7 @@ fn scram_logs_in_with_the_right_password_and_a_wrong_one_ends_the_run_with_exit_
     // A run with the file-held password (SCRAM-SHA-512): records flow; /metrics, the log,
     // the report never show the password.
     let mut metrics = String::new();
-    let got = run_until(&s, &b, values.len(), &[], &mut || {
+    let got = run_until(&s, &b, values.len(), &mut || {
         metrics = weir_tests::scrape(port, "/metrics").1;
     });
     assert_eq!(got, values);
@@ -539,23 +531,14 @@ fn start_from_a_time_reads_what_was_written_after_it() {
             bs = b.bootstrap
         );
         s.write("t.yaml", &yaml);
-        let log = std::fs::File::create(s.path("t.log")).expect("log");
-        let mut child = s
-            .weir(&["run", "t.yaml"])
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn");
+        let child = spawn_weir(&s, "t.yaml", "t.log");
         let deadline = Instant::now() + Duration::from_secs(60);
         while b.read(out_topic).len() < want && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(200));
         }
         // Nothing more comes (the records before the moment stay unread).
         std::thread::sleep(Duration::from_millis(1500));
-        sigterm(&child);
-        let st = child.wait().expect("wait");
-        let log = std::fs::read_to_string(s.path("t.log")).unwrap_or_default();
-        assert!(st.success(), "{start}: {log}");
+        let log = stop(child, &s, "t.log");
         let got: Vec<String> = b.read(out_topic).into_iter().map(|r| r.value).collect();
         let expected: Vec<String> = before
             .iter()
@@ -592,21 +575,12 @@ fn a_topic_created_later_that_matches_the_pattern_joins_the_running_pipeline() {
         bs = b.bootstrap
     );
     s.write("p.yaml", &yaml);
-    let log = std::fs::File::create(s.path("run.log")).expect("log");
-    let mut child = s
-        .weir(&["run", "p.yaml"])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn");
+    let child = spawn_weir(&s, "p.yaml", "run.log");
     wait_for(&b, 3);
     b.create_topic("logs-b", 2);
     b.produce("logs-b", &records(4, 2, |i| format!("b{i}")));
     wait_for(&b, 7);
-    sigterm(&child);
-    let st = child.wait().expect("wait");
-    let log = std::fs::read_to_string(s.path("run.log")).unwrap_or_default();
-    assert!(st.success(), "{log}");
+    let log = stop(child, &s, "run.log");
     assert!(log.contains("added=[\"logs-b\"]"), "{log}");
     let mut values: Vec<String> = b.read("out").into_iter().map(|r| r.value).collect();
     values.sort();
@@ -828,13 +802,7 @@ fn refusals_like_acls_fail_the_checks_and_a_refused_fetch_ends_a_running_pipelin
     // While running: the broker starts refusing the source's fetches.
     b.produce("in", &records(10, 1, |i| format!("v{i}")));
     s.write("p.yaml", &pipeline(&b.bootstrap, plain, "", ""));
-    let log = std::fs::File::create(s.path("run.log")).expect("log");
-    let mut child = s
-        .weir(&["run", "p.yaml"])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn");
+    let mut child = spawn_weir(&s, "p.yaml", "run.log");
     let deadline = Instant::now() + Duration::from_secs(30);
     while b.committed("secure-group", "in", 1) != [Some(10)] {
         assert!(
@@ -853,7 +821,6 @@ fn refusals_like_acls_fail_the_checks_and_a_refused_fetch_ends_a_running_pipelin
             break st;
         }
         if t0.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
             let log = std::fs::read_to_string(s.path("run.log")).unwrap_or_default();
             panic!("still running 30 s after its fetches were refused: {log}");
         }

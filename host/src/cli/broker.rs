@@ -1,10 +1,9 @@
 //! `weir broker`: a throw-away Kafka-protocol broker (librdkafka's mock cluster) for
 //! development and tests. Prints its bootstrap address on the first line of stdout, then
 //! reads commands from stdin until end of input: `down ID`, `up ID`, `create TOPIC[:N]`, and
-//! the refusals a
-//! secured cluster gives, for trying Weir's answers to them: `refuse-topic TOPIC ERROR` (the
-//! topic's metadata carries ERROR; `NONE` clears it) and `refuse API ERROR COUNT` (the next
-//! COUNT requests of API are answered with ERROR).
+//! the refusals a secured cluster gives, for trying Weir's answers to them: `refuse-topic
+//! TOPIC ERROR` (the topic's metadata carries ERROR; `NONE` clears it) and `refuse API ERROR
+//! COUNT` (the next COUNT requests of API are answered with ERROR).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;

@@ -89,13 +89,13 @@ pub fn run(args: &RunArgs) -> ExitCode {
             }
             match report.state {
                 ExitState::Completed | ExitState::Interrupted => ExitCode::SUCCESS,
-                // Credentials and configuration the cluster refused: fix the YAML (exit 2).
-                ExitState::Failed
-                    if matches!(report.error_kind, Some("configuration" | "credentials")) =>
-                {
-                    ExitCode::from(super::EXIT_BAD_INPUT)
-                }
-                ExitState::Failed => ExitCode::from(super::EXIT_FAILED),
+                // A Kafka client failure says its own code (2: credentials and configuration
+                // the cluster refused).
+                ExitState::Failed => ExitCode::from(
+                    report
+                        .error_kind
+                        .map_or(super::EXIT_FAILED, |k| k.exit_code()),
+                ),
             }
         }
         Err(runtime::StartError::Kafka(f)) => super::client_failure("start-up check: ", &f),

@@ -12,8 +12,10 @@ use std::sync::Mutex;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-/// What kind of problem a client failure is: decides the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What kind of problem a client failure is: decides the exit code (and is the report's
+/// `error_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FailureKind {
     /// The pipeline names something that is not there (a topic), or asks for a setting the
     /// cluster refuses.
@@ -33,15 +35,15 @@ impl FailureKind {
             FailureKind::Runtime => 1,
         }
     }
+}
 
-    /// The word in the report and the error line.
-    pub fn label(self) -> &'static str {
-        match self {
-            FailureKind::Configuration => "configuration",
-            FailureKind::Credentials => "credentials",
-            FailureKind::Runtime => "runtime",
-        }
-    }
+/// Whether an error says a topic is not there (fatal for a named topic; for a `^pattern`
+/// subscription, a matched topic that went away).
+pub fn is_topic_gone(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+    )
 }
 
 /// A client failure that ends the run.
@@ -121,11 +123,6 @@ pub fn classify_log(msg: &str) -> Option<FailureKind> {
     }
 }
 
-/// The code of a client error, where it has one.
-pub fn code_of(e: &KafkaError) -> Option<RDKafkaErrorCode> {
-    e.rdkafka_error_code()
-}
-
 /// The first fatal client error of a run, shared by its Kafka clients.
 #[derive(Debug, Default)]
 pub struct FatalSlot(Mutex<Option<ClientFailure>>);
@@ -133,7 +130,7 @@ pub struct FatalSlot(Mutex<Option<ClientFailure>>);
 impl FatalSlot {
     /// Records `error` if it is fatal (the first one wins); returns whether it was.
     pub fn record(&self, client: &str, error: &KafkaError, reason: &str) -> bool {
-        let Some(code) = code_of(error) else {
+        let Some(code) = error.rdkafka_error_code() else {
             return false;
         };
         let Some(kind) = classify(code, reason) else {

@@ -206,14 +206,14 @@ pub fn run(
 
 /// Metadata of every topic, retried in short steps until `timeout`; an error that cannot heal
 /// (TLS, SASL) ends it at once. `pump` serves the client's events, so its errors reach
-/// `capture` (librdkafka hands them over only when the client is polled).
+/// `capture` (librdkafka hands them over only when the client is polled). A connection is
+/// reported to `ok` with its brokers and how it is secured.
 fn connect<C: ClientContext>(
     client: &Client<C>,
-    pump: &dyn Fn(),
-    capture: &Capture,
-    (name, brokers): (&str, &str),
-    timeout: Duration,
-    mode: Mode,
+    (pump, capture): (&dyn Fn(), &Capture),
+    (name, brokers, security): (&str, &str, Option<&crate::config::Security>),
+    (timeout, mode): (Duration, Mode),
+    ok: &mut dyn FnMut(&CheckLine),
 ) -> Result<Metadata, ClientFailure> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -227,7 +227,18 @@ fn connect<C: ClientContext>(
             return Err(f);
         }
         match got {
-            Ok(m) if !m.brokers().is_empty() => return Ok(m),
+            Ok(m) if !m.brokers().is_empty() => {
+                let n = m.brokers().len();
+                ok(&CheckLine {
+                    client: name.to_owned(),
+                    what: format!(
+                        "connected to {brokers} ({n} {}; {})",
+                        if n == 1 { "broker" } else { "brokers" },
+                        security.map_or_else(|| "plaintext".to_owned(), |s| s.describe())
+                    ),
+                });
+                return Ok(m);
+            }
             Ok(_) => {}
             Err(e) => {
                 if let Some(kind) = e.rdkafka_error_code().and_then(|c| classify(c, "")) {
@@ -272,24 +283,6 @@ fn client_err<'a>(name: &'a str, what: &str) -> impl Fn(KafkaError) -> ClientFai
     }
 }
 
-/// Reports a connection (its brokers and how it is secured) and hands the metadata on.
-fn connected(
-    meta: Metadata,
-    (client, brokers, security): (&str, &str, Option<&crate::config::Security>),
-    ok: &mut dyn FnMut(&CheckLine),
-) -> Metadata {
-    let n = meta.brokers().len();
-    ok(&CheckLine {
-        client: client.to_owned(),
-        what: format!(
-            "connected to {brokers} ({n} {}; {})",
-            if n == 1 { "broker" } else { "brokers" },
-            security.map_or_else(|| "plaintext".to_owned(), |s| s.describe())
-        ),
-    });
-    meta
-}
-
 fn source(
     k: &KafkaSource,
     timeout: Duration,
@@ -308,18 +301,13 @@ fn source(
     let capture = consumer.context();
     // Polling serves the error events (they reach `capture` through the context).
     let pump = || while consumer.poll(Duration::ZERO).is_some() {};
-    let meta = connected(
-        connect(
-            consumer.client(),
-            &pump,
-            capture,
-            (name, &k.brokers),
-            timeout,
-            mode,
-        )?,
+    let meta = connect(
+        consumer.client(),
+        (&pump, capture),
         (name, &k.brokers, k.security.as_deref()),
+        (timeout, mode),
         ok,
-    );
+    )?;
     let mut tpl = TopicPartitionList::new();
     for t in &k.topics {
         if is_pattern(t) {
@@ -409,6 +397,8 @@ fn sink(
     };
     let mut config = super::client::producer_config(k);
     config.remove("transactional.id");
+    // Only metadata is asked for: an idempotent producer would also fetch a producer id.
+    config.set("enable.idempotence", "false");
     config.set("log_level", "3");
     let producer: BaseProducer<Capture> =
         BaseProducer::from_config_and_context(&config, Capture::default())
@@ -417,18 +407,13 @@ fn sink(
     let pump = || {
         producer.poll(Duration::ZERO);
     };
-    let meta = connected(
-        connect(
-            producer.client(),
-            &pump,
-            capture,
-            (name, &k.brokers),
-            timeout,
-            mode,
-        )?,
+    let meta = connect(
+        producer.client(),
+        (&pump, capture),
         (name, &k.brokers, k.security.as_deref()),
+        (timeout, mode),
         ok,
-    );
+    )?;
     let t = &k.topic;
     let exists = meta
         .topics()

@@ -368,7 +368,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             .error
             .as_ref()
             .and_then(|e| e.client_failure())
-            .map(|f| f.kind.label()),
+            .map(|f| f.kind),
         error: outcome.controller.error.map(|e| e.to_string()),
     };
     if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {

@@ -26,7 +26,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::commit_queue::{CommitQueue, Confirmations};
 use super::{Handler, Item, PartitionKey, Source, SourceError};
 use crate::config::{KafkaSource as KafkaSourceConfig, StartFrom};
-use crate::kafka::fatal::{ClientFailure, FatalSlot};
+use crate::kafka::fatal::{is_topic_gone, ClientFailure, FatalSlot};
 use crate::kafka::group::GroupSlot;
 use crate::message::Envelope;
 use crate::metrics::Metrics;
@@ -59,14 +59,10 @@ impl ClientContext for SourceContext {
         crate::kafka::client::log(level, fac, msg);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        let topic_gone = matches!(
-            error.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
-        );
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
             // With `stop_at_end` the end of a partition is news, not a problem (poll acts on it).
             tracing::debug!("consumer: {error}: {reason}");
-        } else if self.patterns && topic_gone {
+        } else if self.patterns && is_topic_gone(&error) {
             tracing::warn!("consumer: {error}: {reason}");
         } else if self.fatal.record("kafka source", &error, reason) {
             tracing::error!("consumer: {error}: {reason}");
@@ -305,10 +301,7 @@ impl KafkaSource {
         let Some(w) = &mut self.patterns else {
             return false;
         };
-        let gone = matches!(
-            e.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
-        );
+        let gone = is_topic_gone(e);
         if gone {
             tracing::warn!("{e}: a topic the patterns matched is gone; matching again");
             w.next = std::time::Instant::now();
