@@ -18,6 +18,8 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("ORDERS_RUST", "orders-rust", "orders_rust.wasm"),
     ("DLQ_REPLAY", "dlq-replay", "dlq_replay.wasm"),
     ("FORGE", "forge", "forge.wasm"),
+    ("RUNNING_TOTAL", "running-total", "running_total.wasm"),
+    ("DEDUP", "dedup", "dedup.wasm"),
 ];
 
 fn main() {

@@ -53,6 +53,7 @@ pub fn spec(contract: ContractChoice, config: &[(&str, &str)]) -> Arc<StageSpec>
         on_trap: TrapPolicy::Reject,
         contract,
         grants: Default::default(),
+        state: None,
     })
 }
 

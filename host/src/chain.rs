@@ -248,7 +248,77 @@ impl Chain {
     }
 
     /// Runs one batch (all from `lane`, in offset order) through every stage.
+    ///
+    /// With stateful stages, the state writes of the batch follow its outcomes: when a stage
+    /// fails at offset *o*, the writes of the run are dropped and the messages before *o* run
+    /// again (a batch call's writes cannot be split by message), so that only the writes of
+    /// the messages whose outcomes go out are kept. They become pending until the partition
+    /// commits past them (see [`crate::state`]).
     pub fn run(&mut self, lane: &Lane, batch: Vec<Envelope>) -> Result<ChainOutput, InstanceError> {
+        let parts = self.state_of(lane)?;
+        if parts.is_empty() {
+            return self.run_once(lane, batch);
+        }
+        let mut input = batch.clone();
+        let mut out = self.run_once(lane, batch)?;
+        while let Some(failure) = out.failure.take() {
+            if !parts.iter().any(|p| p.batch_wrote()) {
+                out.failure = Some(failure);
+                break;
+            }
+            for p in &parts {
+                p.finish_batch(false);
+            }
+            input.retain(|e| e.offset < failure.offset);
+            let mut again = if input.is_empty() {
+                ChainOutput::default()
+            } else {
+                tracing::debug!(
+                    topic = &*lane.topic,
+                    partition = lane.partition,
+                    messages = input.len(),
+                    "a stage failed at offset {}: the messages before it run again for their state writes",
+                    failure.offset
+                );
+                self.run_once(lane, input.clone())?
+            };
+            if again.failure.is_none() {
+                again.failure = Some(failure);
+                out = again;
+                break;
+            }
+            out = again;
+        }
+        for p in &parts {
+            p.finish_batch(true);
+        }
+        Ok(out)
+    }
+
+    /// The state of every stateful stage for `lane`'s partition.
+    fn state_of(
+        &self,
+        lane: &Lane,
+    ) -> Result<Vec<Arc<crate::state::PartitionState>>, InstanceError> {
+        let mut parts = Vec::new();
+        for s in &self.stages {
+            if let Some(b) = &s.slot.spec.state {
+                let key = crate::source::PartitionKey::new(&lane.topic, lane.partition);
+                parts.push(b.partition(&key).map_err(|e| InstanceError::State {
+                    stage: s.slot.spec.name.to_string(),
+                    reason: e.to_string(),
+                })?);
+            }
+        }
+        Ok(parts)
+    }
+
+    /// [`Self::run`] without the state bookkeeping.
+    fn run_once(
+        &mut self,
+        lane: &Lane,
+        batch: Vec<Envelope>,
+    ) -> Result<ChainOutput, InstanceError> {
         let mut current = batch;
         let mut out = ChainOutput::default();
         self.timings.fill(Duration::ZERO);
@@ -313,6 +383,16 @@ impl Chain {
         }
         out.outputs = current;
         Ok(out)
+    }
+
+    /// The stateful stages' buckets (empty: no stage keeps state).
+    pub fn state(&self) -> crate::state::StateRegistry {
+        crate::state::StateRegistry::of_stages(
+            self.stages
+                .iter()
+                .filter_map(|s| s.slot.spec.state.clone())
+                .collect(),
+        )
     }
 
     /// How long each stage took in the last batch (zero: the stage had nothing to do).

@@ -37,3 +37,4 @@ pub mod runtime;
 mod sigpipe;
 pub mod sink;
 pub mod source;
+pub mod state;

@@ -261,6 +261,7 @@ fn forged(
         on_trap: TrapPolicy::Reject,
         contract: ContractChoice::Batch,
         grants: Default::default(),
+        state: None,
     });
     let mut inst = StageInstance::new(&engine, spec, plugin).unwrap();
     assert!(inst.uses_batch());

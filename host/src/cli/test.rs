@@ -86,6 +86,7 @@ pub fn test(args: &TestArgs) -> ExitCode {
             ContractChoice::Auto
         },
         grants: Default::default(),
+        state: None,
     });
     let mut inst = match StageInstance::new(&engine, spec, plugin) {
         Ok(i) => i,

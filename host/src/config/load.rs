@@ -281,6 +281,9 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
                 ));
             }
         }
+        if let Some(st) = &s.state {
+            validate_state(st, &format!("stages[{i}].state"), text)?;
+        }
         let r = &s.rollout;
         if r.candidate.is_some() && r.mode == super::RolloutMode::Immediate {
             return Err(at(
@@ -390,6 +393,42 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
 
 /// `delivery: exactly-once` commits outputs, dead-letter records and source offsets in one
 /// Kafka transaction: all three must be Kafka, on one cluster.
+/// Bucket names become parts of changelog topic names and file names: Kafka's topic alphabet.
+fn validate_state(st: &super::StateConfig, path: &str, text: &str) -> Result<(), (usize, String)> {
+    if st.buckets.is_empty() {
+        return Err(at(
+            text,
+            &format!("{path}.buckets"),
+            "name at least one bucket",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (j, b) in st.buckets.iter().enumerate() {
+        let ok = !b.is_empty()
+            && b.len() <= 64
+            && b.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c));
+        if !ok {
+            return Err(at(
+                text,
+                &format!("{path}.buckets[{j}]"),
+                format_args!("{b:?}: a bucket name is 1 to 64 of the letters a-z, A-Z, digits, `.`, `_` and `-`"),
+            ));
+        }
+        if !seen.insert(b) {
+            return Err(at(
+                text,
+                &format!("{path}.buckets[{j}]"),
+                format_args!("bucket `{b}` is named twice"),
+            ));
+        }
+    }
+    if st.max_value.0 == 0 {
+        return Err(at(text, &format!("{path}.max_value"), "must be above 0"));
+    }
+    Ok(())
+}
+
 fn validate_exactly_once(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
     let SourceConfig::Kafka(source) = &cfg.source else {
         return Err(at(
@@ -479,6 +518,10 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
     if let Some(r) = &mut cfg.runtime.report {
         fix(r);
     }
+    fix(cfg
+        .runtime
+        .state_dir
+        .get_or_insert_with(|| "weir-state".into()));
 }
 
 #[cfg(test)]

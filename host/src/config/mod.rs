@@ -214,6 +214,30 @@ pub struct StageConfig {
     /// `immediate` (default), `shadow` or `canary`. See docs/rollouts.md.
     #[serde(default)]
     pub rollout: RolloutConfig,
+    /// Durable per-key state the stage may keep (`wasi:keyvalue` buckets), per source
+    /// partition. None by default. See docs/state.md.
+    #[serde(default)]
+    pub state: Option<StateConfig>,
+}
+
+/// A stage's state: the buckets it may open and their limits.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// Bucket names the stage may open (`store.open`); any other name is `access-denied`.
+    pub buckets: Vec<String>,
+    /// A value not written for this long reads as absent and is purged (e.g. `7d`). Default:
+    /// values live until deleted.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub ttl: Option<Duration>,
+    /// Largest value one `set` may store; a larger one is an `other` error answer.
+    #[serde(default = "default_max_value")]
+    pub max_value: ByteSize,
+}
+
+fn default_max_value() -> ByteSize {
+    ByteSize(1 << 20)
 }
 
 /// Capabilities a stage is granted. By default a stage sees no files, no environment variables
@@ -391,6 +415,11 @@ pub struct RuntimeConfig {
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub connect_timeout: Duration,
+    /// Where stages' state is kept (relative to the YAML file): one store per stage, a cache
+    /// of its changelog (Kafka sources) or the state itself (local sources). Default:
+    /// `weir-state` next to the YAML file. One process at a time may use it (a lock).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }
 
 fn default_connect_timeout() -> Duration {
@@ -425,6 +454,7 @@ impl Default for RuntimeConfig {
             metrics: None,
             admin_token_env: None,
             connect_timeout: default_connect_timeout(),
+            state_dir: None,
         }
     }
 }

@@ -5,7 +5,14 @@ wasmtime::component::bindgen!({
     path: "../wit",
     // Arguments are lowered from borrowed slices: no per-message clones on the typed path.
     ownership: Borrowing { duplicate_if_necessary: true },
+    // A stage's state (`wasi:keyvalue`): the host's handles behind the guest's resources.
+    with: {
+        "wasi:keyvalue/store.bucket": super::kv::BucketHandle,
+        "wasi:keyvalue/atomics.cas": super::kv::CasHandle,
+    },
 });
+
+pub use self::wasi::keyvalue::store::{Error as KvError, KeyResponse};
 
 pub use self::exports::weir::stage::batch::{Guest as BatchGuest, GuestIndices as BatchIndices};
 pub use self::exports::weir::stage::stage::{Guest as StageGuest, GuestIndices as StageIndices};

@@ -31,6 +31,8 @@ pub struct StageSpec {
     pub contract: ContractChoice,
     /// Files, environment and network the sandbox grants (nothing by default).
     pub grants: Arc<Grants>,
+    /// The stage's buckets, when it declares state (none: `open` answers `access-denied`).
+    pub state: Option<Arc<crate::state::StageBuckets>>,
 }
 
 impl From<&StageConfig> for StageSpec {
@@ -44,6 +46,7 @@ impl From<&StageConfig> for StageSpec {
             on_trap: c.on_trap,
             contract: c.contract,
             grants: Arc::new(c.allow.clone()),
+            state: None,
         }
     }
 }
@@ -122,6 +125,14 @@ pub enum InstanceError {
         /// What the stage said.
         reason: String,
     },
+    /// The stage's state could not be read.
+    #[error("stage `{stage}`: state: {reason}")]
+    State {
+        /// Stage name.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
     /// The component lacks the contract the YAML asked for.
     #[error("stage `{stage}`: `contract: batch` was asked for, but plugin {hash} only exports the typed contract")]
     NoBatch {
@@ -152,6 +163,10 @@ pub struct StageInstance {
     trapped_at: Vec<usize>,
     /// Sandbox events so far.
     pub stats: SandboxStats,
+    /// The stage's state for the lane of the call in progress.
+    part: Option<Arc<crate::state::PartitionState>>,
+    /// A shadow candidate: its state writes are thrown away after each call.
+    throwaway: bool,
 }
 
 impl StageInstance {
@@ -161,13 +176,24 @@ impl StageInstance {
         spec: Arc<StageSpec>,
         plugin: Arc<Plugin>,
     ) -> Result<Self, InstanceError> {
+        Self::with_state(engine, spec, plugin, false)
+    }
+
+    /// [`Self::new`]; a `throwaway` instance (a shadow candidate) reads the stage's state
+    /// and its writes are never kept.
+    pub fn with_state(
+        engine: &WeirEngine,
+        spec: Arc<StageSpec>,
+        plugin: Arc<Plugin>,
+        throwaway: bool,
+    ) -> Result<Self, InstanceError> {
         if spec.contract == ContractChoice::Batch && plugin.batch_indices.is_none() {
             return Err(InstanceError::NoBatch {
                 stage: spec.name.to_string(),
                 hash: plugin.short_hash().to_owned(),
             });
         }
-        let live = instantiate(engine, &spec, &plugin)?;
+        let live = instantiate(engine, &spec, &plugin, throwaway)?;
         Ok(StageInstance {
             spec,
             plugin,
@@ -176,6 +202,8 @@ impl StageInstance {
             buf: Vec::new(),
             trapped_at: Vec::new(),
             stats: SandboxStats::default(),
+            part: None,
+            throwaway,
         })
     }
 
@@ -225,6 +253,22 @@ impl StageInstance {
         if batch.is_empty() {
             return Ok(());
         }
+        self.part = match &self.spec.state {
+            None => None,
+            Some(s) => match s.partition(&crate::source::PartitionKey::new(
+                &lane.topic,
+                lane.partition,
+            )) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    return Err(InstanceError::State {
+                        stage: self.spec.name.to_string(),
+                        reason: e.to_string(),
+                    })
+                }
+            },
+        };
+        self.live.store.data_mut().kv.begin_batch();
         if self.live.batch.is_some() {
             let start = out.len();
             let recycles = self.stats.recycled;
@@ -335,7 +379,7 @@ impl StageInstance {
     fn restart(&mut self) -> Result<(), InstanceError> {
         self.note_memory();
         self.stats.restarts += 1;
-        self.live = instantiate(&self.engine, &self.spec, &self.plugin)?;
+        self.live = instantiate(&self.engine, &self.spec, &self.plugin, self.throwaway)?;
         Ok(())
     }
 
@@ -364,6 +408,7 @@ impl StageInstance {
         }
         w.finish();
         self.arm_deadline();
+        self.live.store.data_mut().kv.begin_call(self.part.clone());
         let guest = self.live.batch.as_ref().expect("checked by caller");
         let result = guest.call_process_batch(&mut self.live.store, &self.buf);
         let bytes = match result {
@@ -377,6 +422,10 @@ impl StageInstance {
                 return Err(format!("stage returned a {e}"));
             }
         };
+        // The call's writes belong to the messages it answered, up to its last one.
+        if let Some(last) = reader.len().checked_sub(1) {
+            self.live.store.data_mut().kv.end_call(batch[last].offset);
+        }
         let max = self.spec.max_output;
         out.reserve(batch.len());
         if reader.len() == batch.len() && reader.all_keep() {
@@ -451,6 +500,7 @@ impl StageInstance {
             offset: env.offset,
         };
         self.arm_deadline();
+        self.live.store.data_mut().kv.begin_call(self.part.clone());
         let outcome = match self
             .live
             .stage
@@ -459,6 +509,7 @@ impl StageInstance {
             Ok(o) => o,
             Err(e) => return Err(self.describe(&e)),
         };
+        self.live.store.data_mut().kv.end_call(env.offset);
         let verdict = match outcome {
             WitOutcome::Keep => Verdict::Keep,
             WitOutcome::Next(msgs) => {
@@ -577,17 +628,22 @@ fn instantiate(
     engine: &WeirEngine,
     spec: &StageSpec,
     plugin: &Plugin,
+    throwaway: bool,
 ) -> Result<Live, InstanceError> {
     let stage = spec.name.to_string();
     let hash = plugin.short_hash().to_owned();
     let mut store = Store::new(
         engine.engine(),
-        StageState::new(spec.name.clone(), spec.memory, &spec.grants).map_err(|reason| {
-            InstanceError::Instantiate {
-                stage: stage.clone(),
-                hash: hash.clone(),
-                reason,
-            }
+        StageState::new(
+            spec.name.clone(),
+            spec.memory,
+            &spec.grants,
+            super::kv::Kv::new(spec.state.as_ref().map(|s| s.spec.clone()), throwaway),
+        )
+        .map_err(|reason| InstanceError::Instantiate {
+            stage: stage.clone(),
+            hash: hash.clone(),
+            reason,
         })?,
     );
     store.limiter(|s| &mut s.limits);

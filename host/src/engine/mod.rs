@@ -4,6 +4,7 @@
 pub mod bindings;
 mod cache;
 mod instance;
+pub mod kv;
 mod plugin;
 mod state;
 
@@ -91,6 +92,7 @@ impl WeirEngine {
             |s| s,
         )
         .map_err(|e| EngineError(e.to_string()))?;
+        kv::add_to_linker(&mut linker).map_err(|e| EngineError(e.to_string()))?;
         start_ticker(&engine);
         Ok(WeirEngine {
             engine,

@@ -22,12 +22,19 @@ pub struct StageState {
     pub(crate) limits: MemoryCap,
     stderr: MemoryOutputPipe,
     stage: Arc<str>,
+    /// The stage's buckets and the writes of the call in progress.
+    pub(crate) kv: super::kv::Kv,
 }
 
 impl StageState {
     /// State for one instance of stage `stage`, with a memory cap of `memory` bytes and the
     /// capabilities in `grants`. The error names a granted folder that cannot be opened.
-    pub fn new(stage: Arc<str>, memory: usize, grants: &Grants) -> Result<Self, String> {
+    pub fn new(
+        stage: Arc<str>,
+        memory: usize,
+        grants: &Grants,
+        kv: super::kv::Kv,
+    ) -> Result<Self, String> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         // Without grants: no preopened directories, no environment, no arguments, no network.
         // WASI links so that components load, and grants nothing.
@@ -63,7 +70,13 @@ impl StageState {
             },
             stderr,
             stage,
+            kv,
         })
+    }
+
+    /// The table of the guest's resources.
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// The last lines the guest wrote to stderr (e.g. a panic message), trimmed.

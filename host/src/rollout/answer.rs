@@ -29,7 +29,14 @@ pub fn instantiate(
     slot: &StageSlot,
     rollout: Arc<Rollout>,
 ) -> Option<Candidate> {
-    match StageInstance::new(engine, slot.spec.clone(), rollout.candidate.clone()) {
+    // A shadow candidate reads the live state; its writes are thrown away after each batch.
+    let throwaway = rollout.mode() == crate::config::RolloutMode::Shadow;
+    match StageInstance::with_state(
+        engine,
+        slot.spec.clone(),
+        rollout.candidate.clone(),
+        throwaway,
+    ) {
         Ok(instance) => Some(Candidate { rollout, instance }),
         Err(e) => {
             give_up(slot, &rollout, &e);
@@ -84,13 +91,17 @@ pub fn shadow(
     batch: &[Envelope],
     out: &mut Vec<Verdict>,
 ) -> Result<bool, InstanceError> {
-    let t = Instant::now();
-    live.process(lane, batch, out)?;
-    let live_ns = t.elapsed().as_nanos() as u64;
+    // The candidate first: it reads the stage's state as the live version is about to,
+    // before the live version's writes of this batch.
     let before = incidents(&cand.instance.stats);
     let mut theirs = Vec::with_capacity(batch.len());
     let t = Instant::now();
-    if let Err(e) = cand.instance.process(lane, batch, &mut theirs) {
+    let cand_result = cand.instance.process(lane, batch, &mut theirs);
+    let candidate_ns = t.elapsed().as_nanos() as u64;
+    let t = Instant::now();
+    live.process(lane, batch, out)?;
+    let live_ns = t.elapsed().as_nanos() as u64;
+    if let Err(e) = cand_result {
         give_up(slot, &cand.rollout, &e);
         return Ok(false);
     }
@@ -102,7 +113,7 @@ pub fn shadow(
         traps: incidents(&cand.instance.stats) - before,
         live_messages: out.len() as u64,
         live_rejected: rejects(out),
-        candidate_ns: t.elapsed().as_nanos() as u64,
+        candidate_ns,
         live_ns,
         ..Observation::default()
     };

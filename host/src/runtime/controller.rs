@@ -99,6 +99,9 @@ impl Controller {
                     .inc();
                 tracing::warn!("{e}");
             }
+            for (k, next) in &due {
+                self.core.commit_state(k, *next);
+            }
         }
         let source = &self.source;
         self.core.update_lag(|k| source.high_watermark(k));

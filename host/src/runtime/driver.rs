@@ -79,6 +79,9 @@ pub enum DriverError {
     /// aborted, nothing of it is visible, the run stops.
     #[error(transparent)]
     Transaction(#[from] TxnError),
+    /// A stage's state could not be written to its store.
+    #[error(transparent)]
+    State(#[from] crate::state::StoreError),
     /// The driver thread panicked (a bug): its lanes cannot progress, so the run stops.
     #[error("driver {driver} panicked: {reason}")]
     Panicked {
@@ -140,6 +143,8 @@ pub struct DriverSetup {
     pub keep_originals: bool,
     /// Exactly-once delivery (`None`: at-least-once, the controller commits).
     pub transactions: Option<TxnSetup>,
+    /// Stages' state: exactly-once, a committed transaction applies its writes.
+    pub state: Option<Arc<crate::state::StateRegistry>>,
 }
 
 /// A lane's open transaction.
@@ -369,6 +374,13 @@ impl Driver {
                 Ok(()) => {
                     m.transactions.with_label_values(&["committed"]).inc();
                     m.transaction_seconds.observe(since.elapsed().as_secs_f64());
+                    // The transaction holds the state's changelog records: its writes are
+                    // committed, and go to the stores.
+                    if let Some(Err(e)) = self.s.state.as_ref().map(|s| s.commit(&key, next)) {
+                        tracing::error!(%key, "{e}; stopping");
+                        let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                        ok = false;
+                    }
                     let _ = self.s.events.send(DriverEvent::Committed { key, next });
                 }
                 Err(e) => {

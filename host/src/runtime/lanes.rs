@@ -67,6 +67,9 @@ pub enum RuntimeError {
     /// Every driver is gone.
     #[error("no driver is running")]
     NoDriver,
+    /// A stage's state could not be written to its store.
+    #[error(transparent)]
+    State(#[from] crate::state::StoreError),
 }
 
 impl RuntimeError {
@@ -131,6 +134,8 @@ pub(super) struct Core {
     pub(super) first_read: Option<Instant>,
     /// Exactly-once: offsets committed by transactions, per partition.
     pub(super) txn_committed: BTreeMap<PartitionKey, i64>,
+    /// Stages' state: committed offsets apply their writes (at-least-once).
+    pub(super) state: Option<Arc<crate::state::StateRegistry>>,
 }
 
 impl Core {
@@ -169,6 +174,24 @@ impl Core {
             assigned_once: false,
             first_read: None,
             txn_committed: BTreeMap::new(),
+            state: None,
+        }
+    }
+
+    /// With stages' state.
+    pub(super) fn with_state(mut self, state: Option<Arc<crate::state::StateRegistry>>) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// At-least-once: `next` is committed for `key` (every offset below it settled, its
+    /// changelog records acknowledged): the stages' writes below it go to their stores. A
+    /// store that cannot be written stops the run.
+    pub(super) fn commit_state(&mut self, key: &PartitionKey, next: i64) {
+        let Some(state) = &self.state else { return };
+        if let Err(e) = state.commit(key, next) {
+            tracing::error!(%key, next, "{e}; stopping");
+            self.fail(RuntimeError::State(e));
         }
     }
 
@@ -449,8 +472,18 @@ impl Handler for Core {
         tracing::info!(partitions = %list(keys), "partitions revoked");
         let commit = self.release(keys);
         if self.opts.transactional {
-            // The drivers committed the partitions' transactions, offsets included.
+            // The drivers committed the partitions' transactions, offsets included (and
+            // applied their state).
+            if let Some(s) = &self.state {
+                keys.iter().for_each(|k| s.release(k));
+            }
             return Vec::new();
+        }
+        for (k, next) in &commit {
+            self.commit_state(k, *next);
+        }
+        if let Some(s) = &self.state {
+            keys.iter().for_each(|k| s.release(k));
         }
         commit
     }

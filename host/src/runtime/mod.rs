@@ -124,6 +124,11 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         done: done_tx,
     };
     let keep_originals = rejects.acknowledges_later();
+    let state = chains
+        .first()
+        .map(Chain::state)
+        .filter(|s| !s.is_empty())
+        .map(Arc::new);
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
     let mut controls = Vec::new();
     let mut drivers = Vec::new();
@@ -142,13 +147,14 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
             metrics: metrics.clone(),
             core,
             transactions: transactions.clone(),
+            state: state.clone(),
         }));
     }
     drop((outputs, events_tx));
     let backstop = options.drain_timeout + Duration::from_secs(10);
     let controller = Controller {
         source,
-        core: Core::new(controls, done_rx, options, metrics),
+        core: Core::new(controls, done_rx, options, metrics).with_state(state),
         events: events_rx,
         sinks: vec![sink.clone(), rejects.clone()],
         stop: stop.clone(),

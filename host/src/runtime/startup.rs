@@ -47,6 +47,9 @@ pub enum StartError {
     /// The signal handlers could not be installed.
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    /// A stage's state store cannot be opened (not writable, locked by another process).
+    #[error(transparent)]
+    State(#[from] crate::state::StoreError),
     /// A start-up check against the Kafka cluster failed (before any stage was called).
     #[error("start-up check: {0}")]
     Kafka(crate::kafka::fatal::ClientFailure),
@@ -81,13 +84,16 @@ pub fn engine_for(cfg: &PipelineConfig) -> Result<WeirEngine, StartError> {
 /// Loads every plugin and instantiates the chain (calling each stage's `init`).
 pub fn prepare(cfg: &PipelineConfig) -> Result<Prepared, StartError> {
     let engine = engine_for(cfg)?;
+    let state = crate::state::StateRegistry::open(cfg)?;
     let mut slots = Vec::new();
     for s in &cfg.stages {
         let plugin = engine.load_plugin(&s.name, &s.plugin)?;
         tracing::info!(stage = %s.name, plugin = plugin.short_hash(), contract = ?plugin.contract,
             cache = ?plugin.cache, load_ms = plugin.load_time.as_millis() as u64, "plugin loaded");
+        let mut spec = StageSpec::from(s);
+        spec.state = state.as_ref().and_then(|r| r.stage(&s.name));
         let slot = Arc::new(StageSlot::new(
-            Arc::new(StageSpec::from(s)),
+            Arc::new(spec),
             s.plugin.clone(),
             s.rollout.clone(),
             Arc::new(plugin),

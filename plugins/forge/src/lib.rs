@@ -8,7 +8,7 @@
 //! only, so a run is reproducible. The typed `process` keeps every message.
 #![cfg(target_arch = "wasm32")]
 
-wit_bindgen::generate!({ world: "stage-fast", path: "../../wit" });
+wit_bindgen::generate!({ world: "stage-fast", path: "../../wit", generate_all });
 
 use std::sync::Mutex;
 

@@ -3,20 +3,41 @@
 //! 16 MiB value, `flood` emits 100,000 empty messages, `fail` fails the pipeline, `reject` rejects, `dup` emits two copies; `slow` spins 20 ms and keeps the message; `leak` keeps 1 MiB for good
 //! per call (the instance's heap grows until a fresh one starts); anything
 //! else passes unchanged. `read-file`, `env` and `net` reject with what the sandbox allowed. With config `init_error` set, `init` fails with that text.
+//! With config `count_in: BUCKET`, every message first adds 1 to the keys `seen` and its value
+//! in that state bucket (before it misbehaves), so tests see which writes were kept; a bucket
+//! that cannot be opened rejects the message with the error.
+use weir_sdk::state::Bucket;
 use weir_sdk::{Config, Message, Outcome};
 
+/// The parsed config: the bucket to count in.
+pub struct Setup {
+    count_in: Option<String>,
+}
+
 /// Reads the config.
-pub fn setup(config: &Config) -> Result<(), String> {
+pub fn setup(config: &Config) -> Result<Setup, String> {
     match config.get("init_error") {
         Some(e) => Err(e.to_owned()),
-        None => Ok(()),
+        None => Ok(Setup {
+            count_in: config.get("count_in").map(str::to_owned),
+        }),
     }
 }
 
 /// Misbehaves on request.
 #[weir_sdk::stage(init = setup)]
-pub fn misbehave(msg: &Message<'_>, _state: &()) -> Outcome {
-    match msg.value_str().unwrap_or("") {
+pub fn misbehave(msg: &Message<'_>, setup: &Setup) -> Outcome {
+    let value = msg.value_str().unwrap_or("");
+    if let Some(name) = &setup.count_in {
+        let counted = Bucket::open(name).and_then(|b| {
+            b.increment("seen", 1)?;
+            b.increment(value, 1)
+        });
+        if let Err(e) = counted {
+            return Outcome::reject(format!("state: {e}"));
+        }
+    }
+    match value {
         "trap" => panic!("misbehave: asked to trap at offset {}", msg.offset()),
         "loop" => {
             let mut n: u64 = 0;

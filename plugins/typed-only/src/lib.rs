@@ -3,7 +3,7 @@
 //! It tags every message with header `x-typed: <tag config>` and rejects the value `reject`.
 #![cfg(target_arch = "wasm32")]
 
-wit_bindgen::generate!({ world: "stage-typed", path: "../../wit" });
+wit_bindgen::generate!({ world: "stage-typed", path: "../../wit", generate_all });
 
 use exports::weir::stage::stage::Guest;
 use weir::stage::types::{Header, Message, Metadata, Outcome};

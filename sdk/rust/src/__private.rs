@@ -11,6 +11,8 @@ pub mod bindings {
     wit_bindgen::generate!({
         world: "stage-fast",
         path: "../../wit",
+        // The stage state interfaces (`wasi:keyvalue`, in wit/deps): `weir_sdk::state`.
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "__export_stage",
         default_bindings_module: "weir_sdk::__private::bindings",

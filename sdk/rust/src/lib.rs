@@ -51,6 +51,7 @@ mod config;
 pub mod json;
 mod message;
 mod outcome;
+pub mod state;
 pub mod testing;
 
 #[cfg(target_arch = "wasm32")]

@@ -27,6 +27,11 @@ impl<'a> Message<'a> {
         self.key
     }
 
+    /// The key as UTF-8 text, when it is present and valid UTF-8.
+    pub fn key_str(&self) -> Option<&'a str> {
+        self.key.and_then(|k| std::str::from_utf8(k).ok())
+    }
+
     /// The value.
     pub fn value(&self) -> Option<&'a [u8]> {
         self.value

@@ -61,3 +61,10 @@ impl TestMessage {
         }
     }
 }
+
+/// Empties the in-memory buckets [`crate::state`] uses natively (on this thread), so that
+/// each test starts without state.
+pub fn reset_state() {
+    #[cfg(not(target_arch = "wasm32"))]
+    crate::state::native::reset();
+}

@@ -1,0 +1,351 @@
+//! `wasi:keyvalue` for stages: the host side of a stage's buckets ([`crate::state`]).
+//!
+//! An instance's [`Kv`] holds the writes of the call in progress. They reach the partition's
+//! state only when the call returned ([`Kv::end_call`]): a trap, a deadline or a memory
+//! trap drops the store and with it the call's writes. Reads see the call's own writes
+//! first, then the partition's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker, Resource};
+
+use super::bindings::wasi::keyvalue::{atomics, batch, store};
+use super::bindings::{KeyResponse, KvError};
+use super::StageState;
+use crate::state::log::Slot;
+use crate::state::{encode, now_ms, PartitionState, StateSpec};
+
+/// The host's side of a guest `bucket`: which of the stage's buckets.
+#[derive(Debug)]
+pub struct BucketHandle {
+    bucket: u16,
+}
+
+/// The host's side of a guest `cas`: a key and the value it had when the handle was made.
+#[derive(Debug)]
+pub struct CasHandle {
+    bucket: u16,
+    key: String,
+    seen: Option<Vec<u8>>,
+}
+
+/// An instance's access to its stage's state.
+#[derive(Default)]
+pub struct Kv {
+    spec: Option<Arc<StateSpec>>,
+    /// The partition of the call in progress.
+    part: Option<Arc<PartitionState>>,
+    /// Writes of the call in progress, in order, and the latest of each key.
+    writes: Vec<(Slot, Option<Vec<u8>>)>,
+    latest: HashMap<Slot, usize>,
+    /// Shadow candidate: writes stay in `writes` and are dropped after each call.
+    throwaway: bool,
+}
+
+impl Kv {
+    /// Access for a stage with this state (none: `open` answers `access-denied`).
+    pub fn new(spec: Option<Arc<StateSpec>>, throwaway: bool) -> Self {
+        Kv {
+            spec,
+            throwaway,
+            ..Kv::default()
+        }
+    }
+
+    /// A batch begins: a throw-away instance forgets the writes of the last one.
+    pub fn begin_batch(&mut self) {
+        if self.throwaway {
+            self.writes.clear();
+            self.latest.clear();
+        }
+    }
+
+    /// A call on `part`'s messages begins.
+    pub fn begin_call(&mut self, part: Option<Arc<PartitionState>>) {
+        self.part = part;
+        if !self.throwaway {
+            self.writes.clear();
+            self.latest.clear();
+        }
+    }
+
+    /// The call returned: its writes join the chain run in progress, tagged `tag` (the last
+    /// offset the call answered). A throw-away instance keeps them to itself until the next
+    /// batch.
+    pub fn end_call(&mut self, tag: i64) {
+        if self.throwaway {
+            return;
+        }
+        self.latest.clear();
+        let writes = std::mem::take(&mut self.writes);
+        if let Some(p) = &self.part {
+            if !writes.is_empty() {
+                p.add_call(tag, writes);
+            }
+        }
+    }
+
+    fn spec(&self) -> Result<&StateSpec, KvError> {
+        self.spec.as_deref().ok_or(KvError::AccessDenied)
+    }
+
+    fn part(&self) -> Result<&Arc<PartitionState>, KvError> {
+        self.part.as_ref().ok_or_else(|| {
+            KvError::Other("state is only open while a message is processed (not in init)".into())
+        })
+    }
+
+    fn get(&self, bucket: u16, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let slot = (bucket, key.to_owned());
+        if let Some(&i) = self.latest.get(&slot) {
+            return Ok(self.writes[i]
+                .1
+                .as_deref()
+                .map(|v| crate::state::decode(v).1.to_vec()));
+        }
+        self.part()?
+            .get(&slot)
+            .map_err(|e| KvError::Other(e.to_string()))
+    }
+
+    fn put(&mut self, bucket: u16, key: String, value: Option<&[u8]>) -> Result<(), KvError> {
+        let spec = self.spec()?;
+        if let Some(v) = value {
+            if v.len() > spec.max_value {
+                return Err(KvError::Other(format!(
+                    "value of {} bytes for key {key:?} is over state.max_value ({} bytes)",
+                    v.len(),
+                    spec.max_value
+                )));
+            }
+        }
+        self.part()?;
+        let slot = (bucket, key);
+        self.latest.insert(slot.clone(), self.writes.len());
+        self.writes.push((slot, value.map(|v| encode(now_ms(), v))));
+        Ok(())
+    }
+}
+
+/// Links `wasi:keyvalue` store, atomics and batch.
+pub fn add_to_linker(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
+    store::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
+    atomics::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
+    batch::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
+    Ok(())
+}
+
+fn bucket_of(s: &mut StageState, b: &Resource<BucketHandle>) -> Result<u16, KvError> {
+    s.table()
+        .get(b)
+        .map(|h| h.bucket)
+        .map_err(|e| KvError::Other(e.to_string()))
+}
+
+impl store::Host for StageState {
+    fn open(&mut self, identifier: String) -> Result<Resource<BucketHandle>, KvError> {
+        let bucket = self
+            .kv
+            .spec()?
+            .bucket(&identifier)
+            .ok_or(KvError::AccessDenied)?;
+        self.table()
+            .push(BucketHandle { bucket })
+            .map_err(|e| KvError::Other(e.to_string()))
+    }
+}
+
+impl store::HostBucket for StageState {
+    fn get(&mut self, b: Resource<BucketHandle>, key: String) -> Result<Option<Vec<u8>>, KvError> {
+        let bucket = bucket_of(self, &b)?;
+        self.kv.get(bucket, &key)
+    }
+
+    fn set(
+        &mut self,
+        b: Resource<BucketHandle>,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<(), KvError> {
+        let bucket = bucket_of(self, &b)?;
+        self.kv.put(bucket, key, Some(&value))
+    }
+
+    fn delete(&mut self, b: Resource<BucketHandle>, key: String) -> Result<(), KvError> {
+        let bucket = bucket_of(self, &b)?;
+        self.kv.put(bucket, key, None)
+    }
+
+    fn exists(&mut self, b: Resource<BucketHandle>, key: String) -> Result<bool, KvError> {
+        let bucket = bucket_of(self, &b)?;
+        Ok(self.kv.get(bucket, &key)?.is_some())
+    }
+
+    fn list_keys(
+        &mut self,
+        b: Resource<BucketHandle>,
+        cursor: Option<String>,
+    ) -> Result<KeyResponse, KvError> {
+        let bucket = bucket_of(self, &b)?;
+        let kv = &self.kv;
+        let (mut keys, mut next) = kv
+            .part()?
+            .list(bucket, cursor.as_deref())
+            .map_err(|e| KvError::Other(e.to_string()))?;
+        // The call's own writes since the page was read.
+        let mut changed = false;
+        for (slot, &i) in &kv.latest {
+            if slot.0 != bucket || cursor.as_deref().is_some_and(|c| slot.1.as_str() <= c) {
+                continue;
+            }
+            if next.as_deref().is_some_and(|n| slot.1.as_str() > n) {
+                continue;
+            }
+            let present = kv.writes[i].1.is_some();
+            match (keys.binary_search(&slot.1), present) {
+                (Ok(at), false) => {
+                    keys.remove(at);
+                    changed = true;
+                }
+                (Err(at), true) => {
+                    keys.insert(at, slot.1.clone());
+                    changed = true;
+                }
+                _ => {}
+            }
+        }
+        if changed && next.is_some() {
+            next = keys.last().cloned();
+        }
+        Ok(KeyResponse { keys, cursor: next })
+    }
+
+    fn drop(&mut self, b: Resource<BucketHandle>) -> wasmtime::Result<()> {
+        self.table().delete(b)?;
+        Ok(())
+    }
+}
+
+impl atomics::Host for StageState {
+    fn increment(
+        &mut self,
+        b: Resource<BucketHandle>,
+        key: String,
+        delta: i64,
+    ) -> Result<i64, KvError> {
+        let bucket = bucket_of(self, &b)?;
+        let now = match self.kv.get(bucket, &key)? {
+            None => 0,
+            Some(v) => i64::from_le_bytes(v.as_slice().try_into().map_err(|_| {
+                KvError::Other(format!(
+                    "key {key:?} holds {} bytes, not a number (increment stores 8 little-endian bytes)",
+                    v.len()
+                ))
+            })?),
+        };
+        let sum = now.wrapping_add(delta);
+        self.kv.put(bucket, key, Some(&sum.to_le_bytes()))?;
+        Ok(sum)
+    }
+
+    fn swap(&mut self, cas: Resource<CasHandle>, value: Vec<u8>) -> Result<(), atomics::CasError> {
+        let h = self
+            .table()
+            .delete(cas)
+            .map_err(|e| atomics::CasError::StoreError(KvError::Other(e.to_string())))?;
+        let now = self
+            .kv
+            .get(h.bucket, &h.key)
+            .map_err(atomics::CasError::StoreError)?;
+        if now != h.seen {
+            let fresh = self
+                .table()
+                .push(CasHandle {
+                    bucket: h.bucket,
+                    key: h.key,
+                    seen: now.clone(),
+                })
+                .map_err(|e| atomics::CasError::StoreError(KvError::Other(e.to_string())))?;
+            return Err(atomics::CasError::CasFailed((fresh, now)));
+        }
+        self.kv
+            .put(h.bucket, h.key, Some(&value))
+            .map_err(atomics::CasError::StoreError)
+    }
+}
+
+impl atomics::HostCas for StageState {
+    fn new(
+        &mut self,
+        b: Resource<BucketHandle>,
+        key: String,
+    ) -> Result<Resource<CasHandle>, KvError> {
+        Ok(self.new_with_read(b, key)?.0)
+    }
+
+    fn new_with_read(
+        &mut self,
+        b: Resource<BucketHandle>,
+        key: String,
+    ) -> Result<(Resource<CasHandle>, Option<Vec<u8>>), KvError> {
+        let bucket = bucket_of(self, &b)?;
+        let seen = self.kv.get(bucket, &key)?;
+        let h = self
+            .table()
+            .push(CasHandle {
+                bucket,
+                key,
+                seen: seen.clone(),
+            })
+            .map_err(|e| KvError::Other(e.to_string()))?;
+        Ok((h, seen))
+    }
+
+    fn drop(&mut self, c: Resource<CasHandle>) -> wasmtime::Result<()> {
+        self.table().delete(c)?;
+        Ok(())
+    }
+}
+
+impl batch::Host for StageState {
+    fn get_many(
+        &mut self,
+        b: Resource<BucketHandle>,
+        keys: Vec<String>,
+    ) -> Result<Vec<(String, Option<Vec<u8>>)>, KvError> {
+        let bucket = bucket_of(self, &b)?;
+        keys.into_iter()
+            .map(|k| {
+                let v = self.kv.get(bucket, &k)?;
+                Ok((k, v))
+            })
+            .collect()
+    }
+
+    fn set_many(
+        &mut self,
+        b: Resource<BucketHandle>,
+        key_values: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), KvError> {
+        let bucket = bucket_of(self, &b)?;
+        for (k, v) in &key_values {
+            if v.len() > self.kv.spec()?.max_value {
+                // All or nothing: check every value before writing any.
+                return self.kv.put(bucket, k.clone(), Some(v));
+            }
+        }
+        for (k, v) in key_values {
+            self.kv.put(bucket, k, Some(&v))?;
+        }
+        Ok(())
+    }
+
+    fn delete_many(&mut self, b: Resource<BucketHandle>, keys: Vec<String>) -> Result<(), KvError> {
+        let bucket = bucket_of(self, &b)?;
+        for k in keys {
+            self.kv.put(bucket, k, None)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! Writes not yet in the store, in the order they were made, each tagged with the source
+//! offset whose outcome they belong to, and the latest value of each key among them.
+
+use std::collections::{HashMap, VecDeque};
+
+/// A bucket (its index in the stage's `state.buckets`) and a key.
+pub type Slot = (u16, String);
+
+/// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The source offset whose outcome the write belongs to (a batch call's last offset).
+    pub tag: i64,
+    /// Which bucket and key.
+    pub slot: Slot,
+    /// The encoded value, or none for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Writes in order, with the latest per key.
+#[derive(Debug, Default)]
+pub struct Log {
+    entries: VecDeque<Entry>,
+    /// Sequence number of `entries[0]`.
+    base: u64,
+    latest: HashMap<Slot, u64>,
+}
+
+impl Log {
+    /// Appends a write.
+    pub fn push(&mut self, e: Entry) {
+        let seq = self.base + self.entries.len() as u64;
+        self.latest.insert(e.slot.clone(), seq);
+        self.entries.push_back(e);
+    }
+
+    /// The latest write of `slot` still in the log: `Some(None)` is a delete.
+    pub fn get(&self, slot: &Slot) -> Option<Option<&[u8]>> {
+        let seq = *self.latest.get(slot)?;
+        let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
+        Some(e.value.as_deref())
+    }
+
+    /// Removes and returns the writes tagged below `next`, oldest first (tags never decrease).
+    pub fn drain_below(&mut self, next: i64) -> Vec<Entry> {
+        let n = self.entries.iter().take_while(|e| e.tag < next).count();
+        let out: Vec<Entry> = self.entries.drain(..n).collect();
+        self.base += n as u64;
+        if !out.is_empty() {
+            let base = self.base;
+            self.latest.retain(|_, s| *s >= base);
+        }
+        out
+    }
+
+    /// Removes everything.
+    pub fn clear(&mut self) {
+        self.base += self.entries.len() as u64;
+        self.entries.clear();
+        self.latest.clear();
+    }
+
+    /// Moves every write of `other` to the end of this log.
+    pub fn append(&mut self, other: &mut Log) {
+        for e in other.entries.drain(..) {
+            self.push(e);
+        }
+        other.clear();
+    }
+
+    /// Whether there are no writes.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Number of writes.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The writes, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter()
+    }
+
+    /// Keys of `bucket` with their latest write, for listing.
+    pub fn latest_of(&self, bucket: u16) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
+        self.latest
+            .iter()
+            .filter(move |(s, _)| s.0 == bucket)
+            .filter_map(|(s, &seq)| {
+                let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
+                Some((s.1.as_str(), e.value.as_deref()))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(tag: i64, k: &str, v: Option<&str>) -> Entry {
+        Entry {
+            tag,
+            slot: (0, k.to_owned()),
+            value: v.map(|v| v.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn latest_wins_and_draining_keeps_later_writes_of_the_same_key() {
+        let mut l = Log::default();
+        l.push(e(1, "a", Some("1")));
+        l.push(e(2, "b", Some("2")));
+        l.push(e(3, "a", Some("3")));
+        assert_eq!(l.get(&(0, "a".into())), Some(Some(&b"3"[..])));
+        let drained = l.drain_below(3);
+        assert_eq!(drained, vec![e(1, "a", Some("1")), e(2, "b", Some("2"))]);
+        assert_eq!(
+            l.get(&(0, "a".into())),
+            Some(Some(&b"3"[..])),
+            "a's later write stays"
+        );
+        assert_eq!(l.get(&(0, "b".into())), None, "b's write left the log");
+        l.push(e(4, "b", None));
+        assert_eq!(
+            l.get(&(0, "b".into())),
+            Some(None),
+            "a delete reads as a delete"
+        );
+        let mut other = Log::default();
+        other.push(e(5, "c", Some("5")));
+        l.append(&mut other);
+        assert!(other.is_empty());
+        assert_eq!(l.len(), 3);
+        l.clear();
+        assert_eq!(l.get(&(0, "a".into())), None);
+    }
+}

@@ -1,0 +1,383 @@
+//! Stages' durable state: buckets per stage and source partition (`wasi:keyvalue`), kept in
+//! step with the delivered outcomes.
+//!
+//! A write goes through three places. While a chain run is in progress it is in the
+//! partition's *batch* log (a call that traps, times out or fails leaves nothing there: the
+//! instance keeps its call's writes until the call returned). When the run's outcomes go to
+//! the sinks it moves to the *pending* log, tagged with the source offset it belongs to. When
+//! the controller commits offset `next` for the partition, the writes tagged below `next` go
+//! to the store ([`store::StageStore`]) with a checkpoint, in one transaction. Reads see the
+//! batch log, then the pending log, then the store: read-your-writes. See docs/state.md.
+
+pub mod log;
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use self::log::{Entry, Log, Slot};
+pub use self::store::{Checkpoint, StageStore, StoreError};
+use crate::config::{PipelineConfig, StageConfig};
+use crate::source::PartitionKey;
+
+/// Most store values remembered per partition before the cache starts over.
+const CACHE_ENTRIES: usize = 100_000;
+/// Keys per `list-keys` page.
+pub const PAGE: usize = 1000;
+
+/// A stage's `state` block, as the host uses it.
+#[derive(Debug, Clone)]
+pub struct StateSpec {
+    /// Stage name.
+    pub stage: String,
+    /// Declared bucket names; a bucket is known by its index here.
+    pub buckets: Vec<String>,
+    /// Values older than this read as absent.
+    pub ttl: Option<Duration>,
+    /// Largest value, bytes.
+    pub max_value: usize,
+}
+
+impl StateSpec {
+    /// The spec of a stage's YAML, when it declares state.
+    pub fn of(c: &StageConfig) -> Option<Self> {
+        c.state.as_ref().map(|s| StateSpec {
+            stage: c.name.clone(),
+            buckets: s.buckets.clone(),
+            ttl: s.ttl,
+            max_value: s.max_value.bytes(),
+        })
+    }
+
+    /// The index of a declared bucket.
+    pub fn bucket(&self, name: &str) -> Option<u16> {
+        self.buckets
+            .iter()
+            .position(|b| b == name)
+            .map(|i| i as u16)
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A value as the store and the changelog hold it: the write's time (ms since the epoch,
+/// 8 bytes little-endian), then the stage's bytes.
+pub fn encode(at_ms: i64, value: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + value.len());
+    v.extend_from_slice(&at_ms.to_le_bytes());
+    v.extend_from_slice(value);
+    v
+}
+
+/// The write time and the stage's bytes of an encoded value (a short value: time 0, as is).
+pub fn decode(stored: &[u8]) -> (i64, &[u8]) {
+    match stored.split_first_chunk::<8>() {
+        Some((t, rest)) => (i64::from_le_bytes(*t), rest),
+        None => (0, stored),
+    }
+}
+
+/// One stage's state for one source partition.
+pub struct PartitionState {
+    /// The partition.
+    pub key: PartitionKey,
+    spec: Arc<StateSpec>,
+    store: Arc<StageStore>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Writes of the chain run in progress.
+    batch: Log,
+    /// Writes of runs whose outcomes went out, not yet committed.
+    pending: Log,
+    /// Store values read (none: absent in the store).
+    cache: HashMap<Slot, Option<Vec<u8>>>,
+    checkpoint: Checkpoint,
+}
+
+impl PartitionState {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The stage's spec.
+    pub fn spec(&self) -> &StateSpec {
+        &self.spec
+    }
+
+    /// The value of `slot` (the stage's bytes), as the next message sees it.
+    pub fn get(&self, slot: &Slot) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut g = self.lock();
+        let stored = match g.batch.get(slot).or_else(|| g.pending.get(slot)) {
+            Some(v) => v.map(<[u8]>::to_vec),
+            None => match g.cache.get(slot) {
+                Some(v) => v.clone(),
+                None => {
+                    let v =
+                        self.store
+                            .get(&self.key, &self.spec.buckets[slot.0 as usize], &slot.1)?;
+                    if g.cache.len() >= CACHE_ENTRIES {
+                        g.cache.clear();
+                    }
+                    g.cache.insert(slot.clone(), v.clone());
+                    v
+                }
+            },
+        };
+        Ok(stored.and_then(|s| self.live(&s).map(<[u8]>::to_vec)))
+    }
+
+    /// The stage's bytes of an encoded value, unless it outlived the TTL.
+    fn live<'a>(&self, stored: &'a [u8]) -> Option<&'a [u8]> {
+        let (at, v) = decode(stored);
+        match self.spec.ttl {
+            Some(ttl) if now_ms().saturating_sub(at) > ttl.as_millis() as i64 => None,
+            _ => Some(v),
+        }
+    }
+
+    /// One page of `bucket`'s keys after `cursor`, in byte order, and the next page's cursor.
+    pub fn list(
+        &self,
+        bucket: u16,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), StoreError> {
+        let g = self.lock();
+        let from_store = self.store.scan(
+            &self.key,
+            &self.spec.buckets[bucket as usize],
+            cursor,
+            PAGE + 1,
+        )?;
+        // Past the last store key scanned the store may hold keys not read: stop there.
+        let bound = (from_store.len() > PAGE).then(|| from_store[PAGE].0.clone());
+        let mut merged: BTreeMap<String, bool> = from_store
+            .into_iter()
+            .map(|(k, v)| {
+                let live = self.live(&v).is_some();
+                (k, live)
+            })
+            .collect();
+        // The logs' latest writes win over the store; the batch log over the pending one.
+        for log in [&g.pending, &g.batch] {
+            for (k, v) in log.latest_of(bucket) {
+                if cursor.is_none_or(|c| k > c) {
+                    merged.insert(k.to_owned(), v.is_some_and(|v| self.live(v).is_some()));
+                }
+            }
+        }
+        let store_full = bound.is_some();
+        let keys: Vec<String> = merged
+            .into_iter()
+            .filter(|(k, _)| bound.as_ref().is_none_or(|b| k < b))
+            .filter(|(_, live)| *live)
+            .map(|(k, _)| k)
+            .take(PAGE)
+            .collect();
+        let more = store_full || keys.len() == PAGE;
+        let next = if more { keys.last().cloned() } else { None };
+        Ok((keys, next))
+    }
+
+    /// A call that returned: its writes join the chain run in progress, tagged `tag`.
+    pub fn add_call(&self, tag: i64, writes: impl IntoIterator<Item = (Slot, Option<Vec<u8>>)>) {
+        let mut g = self.lock();
+        for (slot, value) in writes {
+            g.batch.push(Entry { tag, slot, value });
+        }
+    }
+
+    /// Whether the chain run in progress wrote anything.
+    pub fn batch_wrote(&self) -> bool {
+        !self.lock().batch.is_empty()
+    }
+
+    /// Ends the chain run in progress: its writes become pending (`keep`) or are dropped.
+    pub fn finish_batch(&self, keep: bool) {
+        let mut g = self.lock();
+        if keep {
+            let Inner { batch, pending, .. } = &mut *g;
+            pending.append(batch);
+        } else {
+            g.batch.clear();
+        }
+    }
+
+    /// The partition's offsets below `next` are committed: their writes go to the store.
+    pub fn commit(&self, next: i64) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        if g.checkpoint.source_next.is_some_and(|n| n >= next) {
+            return Ok(());
+        }
+        let entries = g.pending.drain_below(next);
+        let changes: Vec<store::Change<'_>> = entries
+            .iter()
+            .map(|e| {
+                (
+                    self.spec.buckets[e.slot.0 as usize].as_str(),
+                    e.slot.1.as_str(),
+                    e.value.as_deref(),
+                )
+            })
+            .collect();
+        let mut cp = g.checkpoint.clone();
+        cp.source_next = Some(next);
+        self.store.apply(&self.key, &changes, &cp)?;
+        g.checkpoint = cp;
+        for e in entries {
+            if g.cache.contains_key(&e.slot) {
+                g.cache.insert(e.slot, e.value);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes not yet committed (pending and in progress).
+    pub fn uncommitted(&self) -> usize {
+        let g = self.lock();
+        g.pending.len() + g.batch.len()
+    }
+}
+
+/// One stage's buckets over all the partitions this process owns.
+pub struct StageBuckets {
+    /// What the stage declared.
+    pub spec: Arc<StateSpec>,
+    store: Arc<StageStore>,
+    parts: Mutex<HashMap<PartitionKey, Arc<PartitionState>>>,
+}
+
+impl StageBuckets {
+    /// The stage's state for partition `key`, opened from the store when new here.
+    pub fn partition(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = parts.get(key) {
+            return Ok(p.clone());
+        }
+        let checkpoint = self.store.checkpoint(key)?;
+        let p = Arc::new(PartitionState {
+            key: key.clone(),
+            spec: self.spec.clone(),
+            store: self.store.clone(),
+            inner: Mutex::new(Inner {
+                checkpoint,
+                ..Inner::default()
+            }),
+        });
+        parts.insert(key.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// The partition left this process: what it had not committed is dropped (the next
+    /// owner replays those messages).
+    pub fn release(&self, key: &PartitionKey) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
+    fn owned(&self, key: &PartitionKey) -> Option<Arc<PartitionState>> {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// The stage's store.
+    pub fn store(&self) -> &Arc<StageStore> {
+        &self.store
+    }
+}
+
+impl std::fmt::Debug for StageBuckets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageBuckets")
+            .field("spec", &self.spec)
+            .field("store", &self.store.path())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every stateful stage of a pipeline run.
+#[derive(Default)]
+pub struct StateRegistry {
+    stages: Vec<Arc<StageBuckets>>,
+}
+
+impl StateRegistry {
+    /// Opens the store of every stage that declares state, under
+    /// `runtime.state_dir/<pipeline>/`. None when no stage does.
+    pub fn open(cfg: &PipelineConfig) -> Result<Option<Arc<Self>>, StoreError> {
+        let dir = cfg
+            .runtime
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| "weir-state".into())
+            .join(&cfg.name);
+        let specs: Vec<StateSpec> = cfg.stages.iter().filter_map(StateSpec::of).collect();
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        Self::open_specs(&dir, specs).map(|r| Some(Arc::new(r)))
+    }
+
+    /// Opens the stores of these stages in `dir`.
+    pub fn open_specs(dir: &Path, specs: Vec<StateSpec>) -> Result<Self, StoreError> {
+        let stages = specs
+            .into_iter()
+            .map(|spec| {
+                let store = StageStore::open(dir, &spec.stage)?;
+                Ok(Arc::new(StageBuckets {
+                    spec: Arc::new(spec),
+                    store: Arc::new(store),
+                    parts: Mutex::new(HashMap::new()),
+                }))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(StateRegistry { stages })
+    }
+
+    /// A registry of these stages' buckets.
+    pub fn of_stages(stages: Vec<Arc<StageBuckets>>) -> Self {
+        StateRegistry { stages }
+    }
+
+    /// Whether no stage keeps state.
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    /// The buckets of stage `name`, when it declared state.
+    pub fn stage(&self, name: &str) -> Option<Arc<StageBuckets>> {
+        self.stages.iter().find(|s| s.spec.stage == name).cloned()
+    }
+
+    /// The partition's offsets below `next` are committed: every stage's writes below it go
+    /// to its store.
+    pub fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), StoreError> {
+        for s in &self.stages {
+            if let Some(p) = s.owned(key) {
+                p.commit(next)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The partition left this process.
+    pub fn release(&self, key: &PartitionKey) {
+        for s in &self.stages {
+            s.release(key);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The embedded store of one stage: a redb file under `runtime.state_dir`, one table per bucket
+//! and source partition, and a checkpoint per partition written in the same transaction as
+//! the data it describes. A cache of the changelog (Kafka sources) or the state itself (local
+//! sources).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::source::PartitionKey;
+
+/// Checkpoints, by partition (`topic:partition`).
+const CHECKPOINTS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("weir.checkpoints");
+
+/// The store of one stage could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another process holds the file.
+    #[error("stage `{stage}`: state store {path} is in use by another process (one process at a time may use a state dir)")]
+    Locked {
+        /// Stage name.
+        stage: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The folder or file cannot be created or opened.
+    #[error("stage `{stage}`: state store {path}: {why}")]
+    Open {
+        /// Stage name.
+        stage: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A read or write failed.
+    #[error("stage `{stage}`: state store: {why}")]
+    Io {
+        /// Stage name.
+        stage: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// What a partition's data in the store reflects.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The source offset below which every message's writes are in the store.
+    pub source_next: Option<i64>,
+    /// Per bucket: the changelog offset after the last record applied.
+    pub changelog_next: BTreeMap<String, i64>,
+}
+
+/// One write, as stored: `None` deletes.
+pub type Change<'a> = (&'a str, &'a str, Option<&'a [u8]>);
+
+/// The store of one stage.
+pub struct StageStore {
+    stage: String,
+    db: Database,
+    path: PathBuf,
+}
+
+fn table_name(bucket: &str, key: &PartitionKey) -> String {
+    format!("{bucket}@{}:{}", key.topic, key.partition)
+}
+
+fn part_name(key: &PartitionKey) -> String {
+    format!("{}:{}", key.topic, key.partition)
+}
+
+impl StageStore {
+    /// Opens (creating when missing) the store of `stage` in `dir`.
+    pub fn open(dir: &Path, stage: &str) -> Result<Self, StoreError> {
+        let path = dir.join(format!("{stage}.redb"));
+        let open = |why: String| StoreError::Open {
+            stage: stage.to_owned(),
+            path: path.clone(),
+            why,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| open(format!("cannot create the folder: {e}")))?;
+        let db = match Database::create(&path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::Locked {
+                    stage: stage.to_owned(),
+                    path,
+                })
+            }
+            Err(e) => return Err(open(e.to_string())),
+        };
+        Ok(StageStore {
+            stage: stage.to_owned(),
+            db,
+            path,
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn io(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Io {
+            stage: self.stage.clone(),
+            why: e.to_string(),
+        }
+    }
+
+    /// The stored value of `key` in `bucket` for partition `part`.
+    pub fn get(
+        &self,
+        part: &PartitionKey,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let name = table_name(bucket, part);
+        let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
+        let r = self.db.begin_read().map_err(|e| self.io(e))?;
+        let t = match r.open_table(def) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(self.io(e)),
+        };
+        let v = t.get(key).map_err(|e| self.io(e))?;
+        Ok(v.map(|g| g.value().to_vec()))
+    }
+
+    /// Up to `limit` keys of `bucket` after `after` (exclusive), in byte order, with values.
+    pub fn scan(
+        &self,
+        part: &PartitionKey,
+        bucket: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let name = table_name(bucket, part);
+        let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
+        let r = self.db.begin_read().map_err(|e| self.io(e))?;
+        let t = match r.open_table(def) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(e)),
+        };
+        use std::ops::Bound;
+        let low: Bound<&str> = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let range = t
+            .range((low, Bound::<&str>::Unbounded))
+            .map_err(|e| self.io(e))?;
+        let mut out = Vec::new();
+        for item in range.take(limit) {
+            let (k, v) = item.map_err(|e| self.io(e))?;
+            out.push((k.value().to_owned(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// The partition's checkpoint (default: nothing applied).
+    pub fn checkpoint(&self, part: &PartitionKey) -> Result<Checkpoint, StoreError> {
+        let r = self.db.begin_read().map_err(|e| self.io(e))?;
+        let t = match r.open_table(CHECKPOINTS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Checkpoint::default()),
+            Err(e) => return Err(self.io(e)),
+        };
+        let v = t.get(part_name(part).as_str()).map_err(|e| self.io(e))?;
+        match v {
+            None => Ok(Checkpoint::default()),
+            Some(g) => serde_json::from_slice(g.value()).map_err(|e| self.io(e)),
+        }
+    }
+
+    /// Applies `changes` of partition `part` and sets its checkpoint, in one durable
+    /// transaction: after a crash the store has both or neither.
+    pub fn apply(
+        &self,
+        part: &PartitionKey,
+        changes: &[Change<'_>],
+        checkpoint: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let w = self.db.begin_write().map_err(|e| self.io(e))?;
+        {
+            let mut by_bucket: BTreeMap<&str, Vec<(&str, Option<&[u8]>)>> = BTreeMap::new();
+            for (b, k, v) in changes {
+                by_bucket.entry(b).or_default().push((k, *v));
+            }
+            for (bucket, kvs) in by_bucket {
+                let name = table_name(bucket, part);
+                let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
+                let mut t = w.open_table(def).map_err(|e| self.io(e))?;
+                for (k, v) in kvs {
+                    match v {
+                        Some(v) => t.insert(k, v).map(drop),
+                        None => t.remove(k).map(drop),
+                    }
+                    .map_err(|e| self.io(e))?;
+                }
+            }
+            let mut t = w.open_table(CHECKPOINTS).map_err(|e| self.io(e))?;
+            let cp = serde_json::to_vec(checkpoint).expect("a checkpoint serializes");
+            t.insert(part_name(part).as_str(), cp.as_slice())
+                .map_err(|e| self.io(e))?;
+        }
+        w.commit().map_err(|e| self.io(e))
+    }
+
+    /// Removes everything of partition `part` (its buckets' data and its checkpoint).
+    pub fn wipe(&self, part: &PartitionKey, buckets: &[String]) -> Result<(), StoreError> {
+        let w = self.db.begin_write().map_err(|e| self.io(e))?;
+        for b in buckets {
+            let name = table_name(b, part);
+            let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
+            w.delete_table(def).map_err(|e| self.io(e))?;
+        }
+        {
+            let mut t = w.open_table(CHECKPOINTS).map_err(|e| self.io(e))?;
+            t.remove(part_name(part).as_str()).map_err(|e| self.io(e))?;
+        }
+        w.commit().map_err(|e| self.io(e))
+    }
+
+    /// The partitions that have a checkpoint.
+    pub fn partitions(&self) -> Result<Vec<String>, StoreError> {
+        let r = self.db.begin_read().map_err(|e| self.io(e))?;
+        let t = match r.open_table(CHECKPOINTS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(e)),
+        };
+        let mut out = Vec::new();
+        for item in t.iter().map_err(|e| self.io(e))? {
+            let (k, _) = item.map_err(|e| self.io(e))?;
+            out.push(k.value().to_owned());
+        }
+        Ok(out)
+    }
+}
