@@ -83,6 +83,9 @@ pub struct ChainOutput {
     pub rejects: Vec<Rejected>,
     /// Set when a stage failed: nothing at or after `failure.offset` is in the outputs or rejects.
     pub failure: Option<Failure>,
+    /// Stateful stages' writes for their changelogs (those of the messages whose outcomes
+    /// are above: none at or after a failure).
+    pub changes: Vec<crate::sink::ChangeRecord>,
 }
 
 /// One stage's numbers at the end of a run.
@@ -267,7 +270,7 @@ impl Chain {
                 break;
             }
             for p in &parts {
-                p.finish_batch(false);
+                p.finish_batch(false, &mut out.changes);
             }
             input.retain(|e| e.offset < failure.offset);
             let mut again = if input.is_empty() {
@@ -290,9 +293,36 @@ impl Chain {
             out = again;
         }
         for p in &parts {
-            p.finish_batch(true);
+            p.finish_batch(true, &mut out.changes);
         }
         Ok(out)
+    }
+
+    /// A partition was assigned: each stateful stage's store catches up with its changelog
+    /// before the partition's first message.
+    pub fn restore_state(
+        &self,
+        key: &crate::source::PartitionKey,
+        changelog: &dyn crate::sink::Changelog,
+    ) -> Result<crate::state::Restored, InstanceError> {
+        let mut all = crate::state::Restored::default();
+        for s in &self.stages {
+            let Some(b) = &s.slot.spec.state else {
+                continue;
+            };
+            let failed = |e: crate::state::StoreError| InstanceError::State {
+                stage: s.slot.spec.name.to_string(),
+                reason: e.to_string(),
+            };
+            let r = b
+                .partition(key)
+                .map_err(failed)?
+                .restore(changelog)
+                .map_err(failed)?;
+            all.records += r.records;
+            all.rebuilt |= r.rebuilt;
+        }
+        Ok(all)
     }
 
     /// The state of every stateful stage for `lane`'s partition.

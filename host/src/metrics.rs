@@ -66,6 +66,12 @@ pub struct Metrics {
     pub transactions: IntCounterVec,
     /// From a transaction's begin to its commit, in seconds.
     pub transaction_seconds: prometheus::Histogram,
+    /// Partitions whose state is being restored from the changelog now.
+    pub state_restoring: prometheus::IntGauge,
+    /// Changelog records applied to state stores while restoring.
+    pub state_restored: prometheus::IntCounter,
+    /// State writes sent to changelogs.
+    pub state_writes: prometheus::IntCounter,
     /// Set once the pipeline is consuming.
     pub ready: AtomicBool,
 }
@@ -111,6 +117,30 @@ impl Metrics {
                 "weir_transactions_total",
                 "Kafka transactions (exactly-once) by result: committed, aborted.",
                 &["result"],
+            ),
+            state_restoring: reg(
+                &r,
+                prometheus::IntGauge::new(
+                    "weir_state_restoring_partitions",
+                    "Partitions whose stage state is being restored from its changelog (their lanes wait).",
+                )
+                .expect("valid metric"),
+            ),
+            state_restored: reg(
+                &r,
+                prometheus::IntCounter::new(
+                    "weir_state_restored_records_total",
+                    "Changelog records applied to state stores while restoring.",
+                )
+                .expect("valid metric"),
+            ),
+            state_writes: reg(
+                &r,
+                prometheus::IntCounter::new(
+                    "weir_state_writes_total",
+                    "Stage state writes (sets and deletes) sent to changelogs.",
+                )
+                .expect("valid metric"),
             ),
             transaction_seconds: reg(
                 &r,

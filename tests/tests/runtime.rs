@@ -700,6 +700,7 @@ fn run_on(
         metrics: Metrics::new(),
         stop,
         transactions,
+        changelog: None,
     })
 }
 

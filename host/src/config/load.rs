@@ -283,6 +283,15 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
         }
         if let Some(st) = &s.state {
             validate_state(st, &format!("stages[{i}].state"), text)?;
+            if let SourceConfig::Kafka(k) = &cfg.source {
+                if k.topics.len() != 1 || k.topics[0].starts_with('^') {
+                    return Err(at(
+                        text,
+                        &format!("stages[{i}].state"),
+                        "a stateful stage needs a Kafka source with exactly one topic (no pattern): its changelog is partitioned like that topic",
+                    ));
+                }
+            }
         }
         let r = &s.rollout;
         if r.candidate.is_some() && r.mode == super::RolloutMode::Immediate {

@@ -8,7 +8,7 @@ use crossbeam_channel::Sender;
 
 use crate::chain::{ChainOutput, Rejected};
 use crate::message::{Envelope, Lane};
-use crate::sink::{Completion, Record, Settled, Sink, SinkError, Ticket};
+use crate::sink::{Changelog, Completion, Record, Settled, Sink, SinkError, Ticket};
 use crate::source::PartitionKey;
 
 /// The sink and the reject path, as every driver uses them.
@@ -20,6 +20,8 @@ pub struct Outputs {
     pub rejects: Arc<dyn Sink>,
     /// Where settled offsets are reported.
     pub done: Sender<Completion>,
+    /// Where stateful stages' writes go (Kafka sources); none: the state is local only.
+    pub changelog: Option<Arc<dyn Changelog>>,
 }
 
 /// A lane as the outputs see it: the partition and the generation it was read in.
@@ -72,25 +74,36 @@ impl Outputs {
                 }
             }
         }
-        let tickets: Vec<Option<Arc<Ticket>>> = if sink_later || rejects_later {
-            offsets
-                .iter()
-                .zip(&pending)
-                .map(|(&offset, &n)| {
-                    (n > 0).then(|| {
-                        Ticket::new(
-                            lane.key.clone(),
-                            lane.generation,
-                            offset,
-                            n,
-                            self.done.clone(),
-                        )
+        // The batch's state writes wait on its first offset: the watermark cannot pass any
+        // offset of the batch before they are all acknowledged. (There are none when the
+        // first offset failed: the writes of a failed run are dropped.)
+        let changelog = self
+            .changelog
+            .as_ref()
+            .filter(|_| !out.changes.is_empty() && !offsets.is_empty());
+        if changelog.is_some() {
+            pending[0] += out.changes.len() as u32;
+        }
+        let tickets: Vec<Option<Arc<Ticket>>> =
+            if sink_later || rejects_later || changelog.is_some() {
+                offsets
+                    .iter()
+                    .zip(&pending)
+                    .map(|(&offset, &n)| {
+                        (n > 0).then(|| {
+                            Ticket::new(
+                                lane.key.clone(),
+                                lane.generation,
+                                offset,
+                                n,
+                                self.done.clone(),
+                            )
+                        })
                     })
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+                    .collect()
+            } else {
+                Vec::new()
+            };
         let ticket = |later: bool, o: i64| {
             later
                 .then(|| idx(o).and_then(|i| tickets[i].clone()))
@@ -123,6 +136,9 @@ impl Outputs {
             })
             .collect();
         self.rejects.write(lane.lane, records)?;
+        if let (Some(c), Some(Some(t))) = (changelog, tickets.first()) {
+            c.write(lane.lane, &out.changes, t);
+        }
 
         // Offsets with nothing to wait for are done now (or failed).
         let mut done = Vec::with_capacity(offsets.len());

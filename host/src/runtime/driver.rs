@@ -171,6 +171,8 @@ struct DriverLane {
     txn: Option<OpenTxn>,
     /// Its partition's producer is ready (always, at-least-once).
     opened: bool,
+    /// Its stages' state has caught up with their changelogs.
+    restored: bool,
 }
 
 /// Starts the driver thread; it returns its stage numbers when it ends.
@@ -239,7 +241,11 @@ impl Driver {
                     }
                 }
             }
-            if self.broken || stopping == Some(false) || !self.open_new_lanes() {
+            if self.broken
+                || stopping == Some(false)
+                || !self.open_new_lanes()
+                || !self.restore_new_lanes()
+            {
                 return false;
             }
             let draining = stopping == Some(true);
@@ -317,6 +323,48 @@ impl Driver {
                 Err(e) => {
                     tracing::error!("{e}; stopping");
                     let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Brings the state of newly added lanes up to their changelogs (after their producers
+    /// opened, exactly-once: that fences the old owner and aborts what it left open, so a
+    /// `read_committed` restore reads to the end). The lane's first batch waits for it.
+    /// False when a store cannot be restored (the run stops).
+    fn restore_new_lanes(&mut self) -> bool {
+        let Some(changelog) = self.s.outputs.changelog.clone() else {
+            return true;
+        };
+        for i in 0..self.lanes.len() {
+            let l = &self.lanes[i];
+            if l.restored || !l.opened {
+                continue;
+            }
+            let key = l.key.clone();
+            let m = &self.s.metrics;
+            m.state_restoring.inc();
+            let t0 = Instant::now();
+            let r = self.s.chain.restore_state(&key, &*changelog);
+            m.state_restoring.dec();
+            match r {
+                Ok(r) => {
+                    m.state_restored.inc_by(r.records);
+                    let secs = t0.elapsed().as_secs_f64();
+                    tracing::info!(partition = %key, records = r.records, rebuilt = r.rebuilt,
+                        ms = (secs * 1e3) as u64,
+                        records_per_s = (r.records as f64 / secs.max(1e-6)) as u64,
+                        "state restored from the changelog");
+                    self.lanes[i].restored = true;
+                }
+                Err(source) => {
+                    tracing::error!(partition = %key, "{source}; stopping");
+                    let _ = self
+                        .s
+                        .events
+                        .send(DriverEvent::Error(DriverError::Instance { key, source }));
                     return false;
                 }
             }
@@ -438,6 +486,7 @@ impl Driver {
                 last_processed: None,
                 txn: None,
                 opened: self.s.transactions.is_none(),
+                restored: self.s.outputs.changelog.is_none(),
             }),
             DriverControl::Revoke { lanes, ack } => {
                 // Exactly-once: the lane's transaction commits (everything in it acknowledged)
@@ -554,6 +603,7 @@ impl Driver {
                 });
             }
         }
+        self.s.metrics.state_writes.inc_by(out.changes.len() as u64);
         let lane = LaneRef {
             key: &l.key,
             generation: l.generation,

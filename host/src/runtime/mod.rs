@@ -51,7 +51,7 @@ use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::report::{ExitState, RunReport, StageReport, TransactionCounts};
 use crate::sink::transactional::KafkaTransactions;
-use crate::sink::{line::LineSink, Role, Sink};
+use crate::sink::{line::LineSink, Changelog, Role, Sink};
 use crate::source::kafka::KafkaSource;
 use crate::source::Source;
 
@@ -87,6 +87,9 @@ pub struct Parts {
     /// Exactly-once delivery: per-partition transactions the drivers commit (the sinks put
     /// each lane's records in its partition's transaction); `None`: at-least-once.
     pub transactions: Option<TxnSetup>,
+    /// Where stateful stages' writes are made durable and restored from (Kafka sources);
+    /// `None`: state is local (the store under `runtime.state_dir` is all there is).
+    pub changelog: Option<Arc<dyn Changelog>>,
 }
 
 /// What a run did.
@@ -116,12 +119,14 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         metrics,
         stop,
         transactions,
+        changelog,
     } = parts;
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
     let outputs = Outputs {
         sink: sink.clone(),
         rejects: rejects.clone(),
         done: done_tx,
+        changelog,
     };
     let keep_originals = rejects.acknowledges_later();
     let state = chains
@@ -181,6 +186,27 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         written: sink.delivered(),
         rejected: rejects.delivered(),
     }
+}
+
+/// Stateful stages on a Kafka source keep their changelogs on its cluster (created when
+/// missing); on a local source their state is the store alone.
+fn changelog_for(
+    cfg: &PipelineConfig,
+    chains: &[Chain],
+    txns: Option<Arc<KafkaTransactions>>,
+    fatal: Arc<crate::kafka::fatal::FatalSlot>,
+) -> Result<Option<Arc<dyn Changelog>>, StartError> {
+    let crate::config::SourceConfig::Kafka(src) = &cfg.source else {
+        return Ok(None);
+    };
+    let Some(state) = chains.first().map(Chain::state).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let topics = state.changelog_topics();
+    crate::sink::changelog::KafkaChangelog::ensure_topics(src, &topics)
+        .map_err(StartError::Changelog)?;
+    let c = crate::sink::changelog::KafkaChangelog::open(src, txns, fatal)?;
+    Ok(Some(Arc::new(c)))
 }
 
 /// The cores drivers are pinned to.
@@ -273,6 +299,8 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         )?;
     }
     let fatal = Arc::new(crate::kafka::fatal::FatalSlot::default());
+    let fatal_for_changelog = fatal.clone();
+    let mut txns_for_changelog = None;
     let (source, sink, rejects, transactions) = match exactly_once(cfg) {
         Some((k, sink, dlq)) => {
             let source = KafkaSource::open(k, metrics.clone(), fatal.clone())?;
@@ -288,6 +316,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
                 Some(_) => txns.sink(Role::Rejects),
                 None => Arc::new(LineSink::discard()),
             };
+            txns_for_changelog = Some(txns.clone());
             let setup = TxnSetup {
                 api: txns.clone(),
                 interval: k.commit_interval,
@@ -311,6 +340,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             )
         }
     };
+    let changelog = changelog_for(cfg, &chains, txns_for_changelog, fatal_for_changelog)?;
     let reloader = Reloader::start(
         engine.clone(),
         slots.clone(),
@@ -335,6 +365,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         metrics: metrics.clone(),
         stop: stop.clone(),
         transactions,
+        changelog,
     });
     drop(progress);
     drop(signals);

@@ -50,6 +50,9 @@ pub enum StartError {
     /// A stage's state store cannot be opened (not writable, locked by another process).
     #[error(transparent)]
     State(#[from] crate::state::StoreError),
+    /// Stateful stages' changelog topics cannot be created or read.
+    #[error("state: {0}")]
+    Changelog(String),
     /// A start-up check against the Kafka cluster failed (before any stage was called).
     #[error("start-up check: {0}")]
     Kafka(crate::kafka::fatal::ClientFailure),

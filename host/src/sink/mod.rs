@@ -13,6 +13,7 @@
 //!   producer per source partition; the partition's outputs and dead-letter records and its
 //!   next offset are committed in one Kafka transaction ([`Transactions`]).
 
+pub mod changelog;
 pub mod kafka;
 pub mod line;
 pub mod transactional;
@@ -206,6 +207,37 @@ pub trait Transactions: Send + Sync {
     fn abort(&self, key: &PartitionKey) -> Result<(), TxnError>;
     /// Releases the partition's producer (after a commit or an abort).
     fn close(&self, key: &PartitionKey);
+}
+
+/// One state write on its way to a stage's changelog topic (see [`crate::state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeRecord {
+    /// The changelog topic (`<pipeline>.<stage>.<bucket>.changelog`).
+    pub topic: Arc<str>,
+    /// The bucket's key.
+    pub key: String,
+    /// The encoded value (write time, then the stage's bytes); none: a tombstone.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Where stages' state writes are made durable: a compacted changelog topic per stage and
+/// bucket, partitioned like the source. At-least-once its records carry a ticket of the
+/// batch, so no offset commits before they are acknowledged; exactly-once they go into the
+/// partition's transaction.
+pub trait Changelog: Send + Sync {
+    /// Sends the writes of a batch of `lane` to the changelog partition of the lane's
+    /// partition; each acknowledgement settles `ticket` once.
+    fn write(&self, lane: &Lane, records: &[ChangeRecord], ticket: &Arc<Ticket>);
+    /// Reads partition `partition` of `topic` from offset `from` to its end (committed
+    /// records only, under exactly-once), handing each record to `apply` (offset, key,
+    /// value). Returns the offset after the last record (the end), or why it could not.
+    fn restore(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
+    ) -> Result<i64, String>;
 }
 
 /// Which destination a sink is, for its metrics.

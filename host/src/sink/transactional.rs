@@ -40,7 +40,8 @@ const COMMIT_RETRIES: usize = 3;
 /// A record on its way, and which destination it counts for.
 pub struct TxnDelivery {
     ticket: Arc<Ticket>,
-    role: Role,
+    /// None: a stage's changelog record.
+    role: Option<Role>,
 }
 
 /// Acknowledged records per destination.
@@ -96,8 +97,10 @@ impl ProducerContext for TxnContext {
     fn delivery(&self, result: &DeliveryResult<'_>, d: Box<TxnDelivery>) {
         match result {
             Ok(_) => {
-                self.acked.of(d.role).fetch_add(1, Ordering::Relaxed);
-                self.produced[d.role as usize].inc();
+                if let Some(role) = d.role {
+                    self.acked.of(role).fetch_add(1, Ordering::Relaxed);
+                    self.produced[role as usize].inc();
+                }
                 d.ticket.settle(None);
             }
             Err((e, _)) => d.ticket.settle(Some(format!("delivery failed: {e}"))),
@@ -158,6 +161,33 @@ impl KafkaTransactions {
             txns: self.clone(),
             role,
         })
+    }
+
+    /// Stateful stages' changelog records of `lane`, into its partition's open transaction.
+    pub fn write_changes(
+        &self,
+        lane: &Lane,
+        records: &[super::ChangeRecord],
+        ticket: &Arc<Ticket>,
+    ) {
+        let key = PartitionKey {
+            topic: lane.topic.clone(),
+            partition: lane.partition,
+        };
+        let producer = self.producer(&key);
+        for r in records {
+            let Some(producer) = &producer else {
+                ticket.settle(Some(format!("{key}: no transactional producer is open")));
+                continue;
+            };
+            let d = Box::new(TxnDelivery {
+                ticket: ticket.clone(),
+                role: None,
+            });
+            if let Err(why) = super::changelog::send_change(producer, lane.partition, r, d) {
+                ticket.settle(Some(why));
+            }
+        }
     }
 
     /// The transactional id of a partition.
@@ -372,7 +402,7 @@ impl Sink for TxnSink {
             };
             let d = Box::new(TxnDelivery {
                 ticket,
-                role: self.role,
+                role: Some(self.role),
             });
             if let Err((d, why)) = send(producer, to, msg, headers, d) {
                 d.ticket.settle(Some(why));

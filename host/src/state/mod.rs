@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use self::log::{Entry, Log, Slot};
 pub use self::store::{Checkpoint, StageStore, StoreError};
 use crate::config::{PipelineConfig, StageConfig};
+use crate::sink::{ChangeRecord, Changelog};
 use crate::source::PartitionKey;
 
 /// Most store values remembered per partition before the cache starts over.
@@ -38,16 +39,23 @@ pub struct StateSpec {
     pub ttl: Option<Duration>,
     /// Largest value, bytes.
     pub max_value: usize,
+    /// Per bucket: its changelog topic (`<pipeline>.<stage>.<bucket>.changelog`).
+    pub changelogs: Vec<Arc<str>>,
 }
 
 impl StateSpec {
-    /// The spec of a stage's YAML, when it declares state.
-    pub fn of(c: &StageConfig) -> Option<Self> {
+    /// The spec of a stage's YAML in pipeline `pipeline`, when it declares state.
+    pub fn of(pipeline: &str, c: &StageConfig) -> Option<Self> {
         c.state.as_ref().map(|s| StateSpec {
             stage: c.name.clone(),
             buckets: s.buckets.clone(),
             ttl: s.ttl,
             max_value: s.max_value.bytes(),
+            changelogs: s
+                .buckets
+                .iter()
+                .map(|b| changelog_topic(pipeline, &c.name, b).into())
+                .collect(),
         })
     }
 
@@ -58,6 +66,23 @@ impl StateSpec {
             .position(|b| b == name)
             .map(|i| i as u16)
     }
+}
+
+/// The changelog topic of a stage's bucket.
+pub fn changelog_topic(pipeline: &str, stage: &str, bucket: &str) -> String {
+    format!("{pipeline}.{stage}.{bucket}.changelog")
+}
+
+/// Changelog records applied to a store per transaction while restoring.
+const RESTORE_CHUNK: usize = 10_000;
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Changelog records applied.
+    pub records: u64,
+    /// Whether the store was wiped first (its checkpoint was ahead of the changelog).
+    pub rebuilt: bool,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -201,15 +226,98 @@ impl PartitionState {
         !self.lock().batch.is_empty()
     }
 
-    /// Ends the chain run in progress: its writes become pending (`keep`) or are dropped.
-    pub fn finish_batch(&self, keep: bool) {
+    /// Ends the chain run in progress: its writes become pending (`keep`, also appended to
+    /// `changes` for the changelog) or are dropped.
+    pub fn finish_batch(&self, keep: bool, changes: &mut Vec<ChangeRecord>) {
         let mut g = self.lock();
         if keep {
+            changes.extend(g.batch.iter().map(|e| ChangeRecord {
+                topic: self.spec.changelogs[e.slot.0 as usize].clone(),
+                key: e.slot.1.clone(),
+                value: e.value.clone(),
+            }));
             let Inner { batch, pending, .. } = &mut *g;
             pending.append(batch);
         } else {
             g.batch.clear();
         }
+    }
+
+    /// Brings the store up to the end of the changelog, from its checkpoint (all of it when
+    /// there is none, or when the checkpoint is ahead of the changelog: then the store's data
+    /// of the partition is wiped first, not trusted). Called before the partition's first
+    /// message.
+    pub fn restore(&self, changelog: &dyn Changelog) -> Result<Restored, StoreError> {
+        let mut g = self.lock();
+        let mut done = Restored::default();
+        let io = |why: String| StoreError::Io {
+            stage: self.spec.stage.clone(),
+            why,
+        };
+        for (b, bucket) in self.spec.buckets.iter().enumerate() {
+            let topic = &self.spec.changelogs[b];
+            let mut from = g
+                .checkpoint
+                .changelog_next
+                .get(bucket)
+                .copied()
+                .unwrap_or(0);
+            loop {
+                let mut chunk: Vec<(i64, String, Option<Vec<u8>>)> = Vec::new();
+                let mut failed = None;
+                let mut cp = g.checkpoint.clone();
+                let end = changelog
+                    .restore(topic, self.key.partition, from, &mut |o, k, v| {
+                        if failed.is_some() {
+                            return;
+                        }
+                        chunk.push((o, k.to_owned(), v.map(<[u8]>::to_vec)));
+                        if chunk.len() >= RESTORE_CHUNK {
+                            cp.changelog_next.insert(bucket.clone(), o + 1);
+                            if let Err(e) = self.apply_restored(bucket, &chunk, &cp) {
+                                failed = Some(e);
+                            }
+                            done.records += chunk.len() as u64;
+                            chunk.clear();
+                        }
+                    })
+                    .map_err(io)?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                if end < from {
+                    // The store says it applied records the changelog does not have.
+                    tracing::warn!(stage = %self.spec.stage, bucket = %bucket, partition = %self.key,
+                        checkpoint = from, changelog_end = end,
+                        "state store is ahead of its changelog: rebuilding it from the changelog");
+                    self.store
+                        .wipe_bucket(&self.key, bucket, &mut g.checkpoint)?;
+                    done.rebuilt = true;
+                    from = 0;
+                    continue;
+                }
+                done.records += chunk.len() as u64;
+                cp.changelog_next.insert(bucket.clone(), end);
+                self.apply_restored(bucket, &chunk, &cp)?;
+                g.checkpoint = cp;
+                break;
+            }
+        }
+        g.cache.clear();
+        Ok(done)
+    }
+
+    fn apply_restored(
+        &self,
+        bucket: &str,
+        chunk: &[(i64, String, Option<Vec<u8>>)],
+        cp: &Checkpoint,
+    ) -> Result<(), StoreError> {
+        let changes: Vec<store::Change<'_>> = chunk
+            .iter()
+            .map(|(_, k, v)| (bucket, k.as_str(), v.as_deref()))
+            .collect();
+        self.store.apply(&self.key, &changes, cp)
     }
 
     /// The partition's offsets below `next` are committed: their writes go to the store.
@@ -325,7 +433,11 @@ impl StateRegistry {
             .clone()
             .unwrap_or_else(|| "weir-state".into())
             .join(&cfg.name);
-        let specs: Vec<StateSpec> = cfg.stages.iter().filter_map(StateSpec::of).collect();
+        let specs: Vec<StateSpec> = cfg
+            .stages
+            .iter()
+            .filter_map(|s| StateSpec::of(&cfg.name, s))
+            .collect();
         if specs.is_empty() {
             return Ok(None);
         }
@@ -351,6 +463,14 @@ impl StateRegistry {
     /// A registry of these stages' buckets.
     pub fn of_stages(stages: Vec<Arc<StageBuckets>>) -> Self {
         StateRegistry { stages }
+    }
+
+    /// Every stage's changelog topics.
+    pub fn changelog_topics(&self) -> Vec<String> {
+        self.stages
+            .iter()
+            .flat_map(|s| s.spec.changelogs.iter().map(|t| t.to_string()))
+            .collect()
     }
 
     /// Whether no stage keeps state.

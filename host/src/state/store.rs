@@ -223,6 +223,28 @@ impl StageStore {
         w.commit().map_err(|e| self.io(e))
     }
 
+    /// Removes one bucket's data of partition `part` and its changelog position (the
+    /// checkpoint `cp` is updated and written in the same transaction).
+    pub fn wipe_bucket(
+        &self,
+        part: &PartitionKey,
+        bucket: &str,
+        cp: &mut Checkpoint,
+    ) -> Result<(), StoreError> {
+        cp.changelog_next.remove(bucket);
+        let w = self.db.begin_write().map_err(|e| self.io(e))?;
+        let name = table_name(bucket, part);
+        let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
+        w.delete_table(def).map_err(|e| self.io(e))?;
+        {
+            let mut t = w.open_table(CHECKPOINTS).map_err(|e| self.io(e))?;
+            let v = serde_json::to_vec(&*cp).expect("a checkpoint serializes");
+            t.insert(part_name(part).as_str(), v.as_slice())
+                .map_err(|e| self.io(e))?;
+        }
+        w.commit().map_err(|e| self.io(e))
+    }
+
     /// The partitions that have a checkpoint.
     pub fn partitions(&self) -> Result<Vec<String>, StoreError> {
         let r = self.db.begin_read().map_err(|e| self.io(e))?;

@@ -1,0 +1,327 @@
+//! Stateful stages' changelogs on Kafka: one compacted topic per stage and bucket,
+//! partitioned like the source (`<pipeline>.<stage>.<bucket>.changelog`, partition = source
+//! partition). At-least-once a plain idempotent producer sends the records; exactly-once the
+//! partition's transactional producer does, in its open transaction. A restore reads a
+//! partition from an offset to its end with an assign-only consumer (`read_committed` under
+//! exactly-once).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+
+use super::transactional::KafkaTransactions;
+use super::{ChangeRecord, Changelog, SinkError, Ticket};
+use crate::config::KafkaSource;
+use crate::kafka::fatal::FatalSlot;
+use crate::message::Lane;
+
+/// Longest a restore waits without a record or the end before it gives up.
+const RESTORE_STALL: Duration = Duration::from_secs(60);
+/// Longest a metadata request may take.
+const REQUEST: Duration = Duration::from_secs(30);
+/// Longest a topic creation may take.
+const CREATE: Duration = Duration::from_secs(10);
+
+/// Settles the batch tickets of changelog records.
+pub struct ChangelogContext {
+    fatal: Arc<FatalSlot>,
+}
+
+impl ClientContext for ChangelogContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        crate::kafka::client::log(level, fac, msg);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        let heals = error.rdkafka_error_code().is_none_or(|c| {
+            crate::kafka::fatal::classify(c, reason)
+                .is_none_or(|k| k == crate::kafka::fatal::FailureKind::Runtime)
+        });
+        if !heals
+            && self
+                .fatal
+                .record("kafka changelog producer", &error, reason)
+        {
+            tracing::error!("changelog producer: {error}: {reason}");
+        } else {
+            tracing::warn!("changelog producer: {error}: {reason}");
+        }
+    }
+}
+
+impl ProducerContext for ChangelogContext {
+    type DeliveryOpaque = Arc<Ticket>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, ticket: Arc<Ticket>) {
+        match result {
+            Ok(_) => ticket.settle(None),
+            Err((e, _)) => ticket.settle(Some(format!("changelog record not delivered: {e}"))),
+        }
+    }
+}
+
+enum Writer {
+    Plain(ThreadedProducer<ChangelogContext>),
+    Transactional(Arc<KafkaTransactions>),
+}
+
+/// The changelogs of a pipeline's stateful stages on its source's cluster.
+pub struct KafkaChangelog {
+    writer: Writer,
+    /// Restore consumers' settings.
+    consumer: ClientConfig,
+}
+
+impl KafkaChangelog {
+    /// Changelogs on `src`'s cluster, written by a plain producer (at-least-once) or by the
+    /// partitions' transactional producers in `txns` (exactly-once).
+    pub fn open(
+        src: &KafkaSource,
+        txns: Option<Arc<KafkaTransactions>>,
+        fatal: Arc<FatalSlot>,
+    ) -> Result<Self, SinkError> {
+        let mut consumer = crate::kafka::client::consumer_config(src);
+        consumer
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "earliest")
+            .set(
+                "isolation.level",
+                if txns.is_some() {
+                    "read_committed"
+                } else {
+                    "read_uncommitted"
+                },
+            );
+        // librdkafka's assign needs a group id; the restore consumer never joins or commits.
+        consumer.set("group.id", format!("{}.weir-restore", src.group));
+        consumer.remove("partition.assignment.strategy");
+        let writer = match txns {
+            Some(t) => Writer::Transactional(t),
+            None => {
+                let mut p = producer_settings(src);
+                p.set("acks", "all").set("enable.idempotence", "true");
+                let producer =
+                    ThreadedProducer::from_config_and_context(&p, ChangelogContext { fatal })
+                        .map_err(|source| SinkError::Kafka {
+                            topic: "changelog".into(),
+                            source,
+                        })?;
+                Writer::Plain(producer)
+            }
+        };
+        Ok(KafkaChangelog { writer, consumer })
+    }
+
+    /// Creates the changelog topics that do not exist yet, compacted, with `partitions`
+    /// partitions (the source topic's count). Errors name the topic.
+    pub fn ensure_topics(src: &KafkaSource, topics: &[String]) -> Result<(), String> {
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let admin: AdminClient<DefaultClientContext> = producer_settings(src)
+            .create()
+            .map_err(|e| format!("changelog topics: {e}"))?;
+        let source_topic = src.topics.first().map(String::as_str).unwrap_or_default();
+        let md = admin
+            .inner()
+            .fetch_metadata(Some(source_topic), REQUEST)
+            .map_err(|e| format!("changelog topics: reading `{source_topic}`: {e}"))?;
+        let partitions = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == source_topic)
+            .map_or(0, |t| t.partitions().len());
+        if partitions == 0 {
+            return Err(format!(
+                "changelog topics: source topic `{source_topic}` has no partitions"
+            ));
+        }
+        let all = admin
+            .inner()
+            .fetch_metadata(None, REQUEST)
+            .map_err(|e| format!("changelog topics: {e}"))?;
+        let missing: Vec<&String> = topics
+            .iter()
+            .filter(|t| {
+                !all.topics()
+                    .iter()
+                    .any(|m| m.name() == t.as_str() && !m.partitions().is_empty())
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let new: Vec<NewTopic<'_>> = missing
+            .iter()
+            .map(|t| {
+                NewTopic::new(t, partitions as i32, TopicReplication::Fixed(-1))
+                    .set("cleanup.policy", "compact")
+            })
+            .collect();
+        let opts = AdminOptions::new()
+            .request_timeout(Some(CREATE))
+            .operation_timeout(Some(CREATE));
+        let created = futures_executor::block_on(admin.create_topics(&new, &opts));
+        let results = match created {
+            Ok(r) => r,
+            // Some brokers (librdkafka's mock cluster) do not answer CreateTopics.
+            Err(e) => {
+                return Err(format!(
+                    "changelog topics {} cannot be created ({e}): create them with {partitions} partitions and cleanup.policy=compact",
+                    list(&missing)
+                ))
+            }
+        };
+        for r in results {
+            match r {
+                Ok(t) => tracing::info!(topic = %t, partitions, "changelog topic created"),
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, e)) => {
+                    return Err(format!(
+                        "changelog topic `{t}` cannot be created ({e}): create it with {partitions} partitions and cleanup.policy=compact"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn list(topics: &[&String]) -> String {
+    topics
+        .iter()
+        .map(|t| format!("`{t}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Producer and admin settings from the source's connection (brokers, security, the user's
+/// properties that apply to any client).
+fn producer_settings(src: &KafkaSource) -> ClientConfig {
+    let c = crate::kafka::client::consumer_config(src);
+    let mut p = ClientConfig::new();
+    for (k, v) in c.config_map() {
+        let consumer_only = [
+            "group.id",
+            "auto.offset.reset",
+            "partition.assignment.strategy",
+            "queued.max.messages.kbytes",
+            "fetch.queue.backoff.ms",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "isolation.level",
+            "session.timeout.ms",
+            "heartbeat.interval.ms",
+            "max.poll.interval.ms",
+            "group.instance.id",
+            "enable.partition.eof",
+            "fetch.wait.max.ms",
+            "fetch.min.bytes",
+            "fetch.max.bytes",
+            "max.partition.fetch.bytes",
+            "topic.metadata.refresh.interval.ms",
+        ];
+        if !consumer_only.contains(&&k[..]) {
+            p.set(k, v);
+        }
+    }
+    p.set("linger.ms", "5");
+    p
+}
+
+impl Changelog for KafkaChangelog {
+    fn write(&self, lane: &Lane, records: &[ChangeRecord], ticket: &Arc<Ticket>) {
+        match &self.writer {
+            Writer::Transactional(t) => t.write_changes(lane, records, ticket),
+            Writer::Plain(p) => {
+                for r in records {
+                    if let Err(why) = send_change(p, lane.partition, r, ticket.clone()) {
+                        ticket.settle(Some(why));
+                    }
+                }
+            }
+        }
+    }
+
+    fn restore(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
+    ) -> Result<i64, String> {
+        let consumer: BaseConsumer = self
+            .consumer
+            .create()
+            .map_err(|e| format!("changelog `{topic}`: {e}"))?;
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, REQUEST)
+            .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))?;
+        if from >= high {
+            return Ok(high);
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(from.max(low)))
+            .map_err(|e| e.to_string())?;
+        consumer.assign(&tpl).map_err(|e| e.to_string())?;
+        let mut last_progress = Instant::now();
+        loop {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    last_progress = Instant::now();
+                    let key = m.key().map(String::from_utf8_lossy).unwrap_or_default();
+                    apply(m.offset(), &key, m.payload());
+                    if m.offset() + 1 >= high {
+                        return Ok(high);
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(high),
+                Some(Err(e)) => {
+                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OffsetOutOfRange) {
+                        return Err(format!("changelog `{topic}` partition {partition}: {e}"));
+                    }
+                    tracing::warn!(topic, partition, "restoring: {e}");
+                }
+                None => {}
+            }
+            if last_progress.elapsed() > RESTORE_STALL {
+                return Err(format!(
+                    "changelog `{topic}` partition {partition}: no record for {}s while restoring (at most offset {high} expected)",
+                    RESTORE_STALL.as_secs()
+                ));
+            }
+        }
+    }
+}
+
+/// Sends one changelog record to `partition`, waiting while the producer's queue is full.
+pub(super) fn send_change<C: ProducerContext>(
+    producer: &ThreadedProducer<C>,
+    partition: i32,
+    r: &ChangeRecord,
+    opaque: C::DeliveryOpaque,
+) -> Result<(), String> {
+    let mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque> =
+        BaseRecord::with_opaque_to(&r.topic, opaque)
+            .partition(partition)
+            .key(r.key.as_bytes());
+    if let Some(v) = &r.value {
+        record = record.payload(v.as_slice());
+    }
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, _)) => return Err(format!("cannot produce to `{}`: {e}", r.topic)),
+        }
+    }
+}
