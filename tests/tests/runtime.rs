@@ -21,8 +21,11 @@ use weir::message::{Envelope, Lane, Message};
 use weir::metrics::Metrics;
 use weir::rollout::StageSlot;
 use weir::runtime::{run_parts, ControllerOptions, Parts, RunOutcome, TxnSetup};
-use weir::sink::{Record, Sink, SinkError, Ticket, Transactions, TxnError};
+use weir::sink::{
+    ChangeRecord, Changelog, Record, Sink, SinkError, Ticket, Transactions, TxnError,
+};
 use weir::source::{Handler, Item, PartitionKey, Source, SourceError};
+use weir::state::StageBuckets;
 use weir_tests::plugins;
 
 // ---------------------------------------------------------------------------------------
@@ -48,6 +51,11 @@ struct World {
     read: usize,
     /// Exactly-once: the broker's side of the transactions.
     txn: TxnWorld,
+    /// Stateful stages' changelog partitions: (topic, partition) → acknowledged (or, under
+    /// exactly-once, committed) records.
+    changelog: BTreeMap<(String, i32), Vec<(String, Option<Vec<u8>>)>>,
+    /// Changelog records written, not yet acknowledged: (topic, partition, key, value, ticket).
+    held_changes: Vec<(String, i32, String, Option<Vec<u8>>, Arc<Ticket>)>,
 }
 
 /// What a transactional broker holds: per partition the open transaction's records, what
@@ -73,6 +81,8 @@ struct TxnWorld {
     /// Producers being opened now, and the most ever opened at the same time.
     opening: usize,
     most_opening: usize,
+    /// Changelog records in each open transaction: (topic, partition, key, value).
+    open_changes: BTreeMap<PartitionKey, Vec<(String, i32, String, Option<Vec<u8>>)>>,
 }
 
 struct Shared {
@@ -85,6 +95,12 @@ struct Shared {
     panic: AtomicBool,
     /// Exactly-once: records go into their partition's open transaction.
     eos: AtomicBool,
+    /// The stage and engine of the run (default: the stateless `misbehave`).
+    stage: Mutex<Option<(WeirEngine, Vec<Arc<StageSlot>>)>>,
+    /// A stateful stage's buckets: commits are checked against its store.
+    state: Mutex<Option<Arc<StageBuckets>>>,
+    /// The run has a changelog (the fake one on this world).
+    changelog: AtomicBool,
 }
 
 impl Shared {
@@ -95,6 +111,9 @@ impl Shared {
             fail_acks: AtomicBool::new(false),
             panic: AtomicBool::new(false),
             eos: AtomicBool::new(false),
+            stage: Mutex::new(None),
+            state: Mutex::new(None),
+            changelog: AtomicBool::new(false),
         })
     }
 
@@ -105,7 +124,19 @@ impl Shared {
     /// Acknowledges (or fails) every held record.
     fn release(&self) {
         let held = std::mem::take(&mut self.world().held);
+        let changes = std::mem::take(&mut self.world().held_changes);
         let fail = self.fail_acks.load(Ordering::SeqCst);
+        let eos = self.eos.load(Ordering::SeqCst);
+        for (topic, partition, key, value, t) in changes {
+            if !fail && !eos {
+                let mut w = self.world();
+                w.changelog
+                    .entry((topic, partition))
+                    .or_default()
+                    .push((key, value));
+            }
+            t.settle(fail.then(|| "the fake broker refused it".to_owned()));
+        }
         for (key, reject, t) in held {
             if !fail {
                 let mut w = self.world();
@@ -130,7 +161,8 @@ impl Shared {
         let mut bad = Vec::new();
         for (o, (k, v)) in log.iter().enumerate().take(offset.max(0) as usize) {
             let ok = match v.as_str() {
-                "reject" => rejected.contains(k),
+                // A trap or a timeout goes to the reject path (`on_trap: reject`).
+                "reject" | "trap" | "loop" => rejected.contains(k),
                 "fail" => false,
                 _ => delivered.contains(k),
             };
@@ -141,7 +173,65 @@ impl Shared {
             }
         }
         w.violations.extend(bad);
+        drop(w);
+        self.check_state(key, false);
     }
+
+    /// Checks a stateful stage's store for partition `key`: its data must be the writes of
+    /// exactly the messages below the offset its checkpoint names (`at_least`: or more, when
+    /// an at-least-once changelog may bring back writes of messages that were not committed).
+    /// `misbehave` with `count_in` adds 1 to `seen` and to the message's value, except for
+    /// messages that fail or trap.
+    fn check_state(&self, key: &PartitionKey, at_least: bool) {
+        let Some(b) = self.state.lock().unwrap().clone() else {
+            return;
+        };
+        let store = b.store();
+        let cp = store.checkpoint(key).expect("checkpoint");
+        let Some(next) = cp.source_next else { return };
+        let log = self.world().logs.get(key).cloned().unwrap_or_default();
+        let expected = fold(&log[..(next.max(0) as usize).min(log.len())]);
+        let stored = stored_counts(&b, key);
+        let ok = if at_least {
+            expected
+                .iter()
+                .all(|(k, n)| stored.get(k).copied().unwrap_or(0) >= *n)
+        } else {
+            stored == expected
+        };
+        if !ok {
+            self.world().violations.push(format!(
+                "{key}: the store at checkpoint {next} holds {stored:?}, the delivered messages below it make {expected:?}"
+            ));
+        }
+    }
+}
+
+/// What `misbehave` with `count_in` writes for these messages: 1 per message to `seen` and to
+/// its value, none for a message that fails or traps.
+fn fold(log: &[(String, String)]) -> BTreeMap<String, i64> {
+    let mut m = BTreeMap::new();
+    for (_, v) in log {
+        if matches!(v.as_str(), "fail" | "trap" | "loop") {
+            continue;
+        }
+        *m.entry("seen".to_owned()).or_default() += 1;
+        *m.entry(v.clone()).or_default() += 1;
+    }
+    m
+}
+
+/// The counts a stateful `misbehave` stored for partition `key`.
+fn stored_counts(b: &StageBuckets, key: &PartitionKey) -> BTreeMap<String, i64> {
+    b.store()
+        .scan(key, "counts", None, 100_000)
+        .expect("scan")
+        .into_iter()
+        .map(|(k, v)| {
+            let (_, n) = weir::state::decode(&v);
+            (k, i64::from_le_bytes(n.try_into().expect("a counter")))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -491,6 +581,7 @@ impl Transactions for FakeTxns {
         if w.txn.open.remove(key).is_some() {
             w.txn.aborts += 1;
         }
+        w.txn.open_changes.remove(key);
         w.txn.fenced.remove(key);
         w.txn.opened.insert(key.clone());
         Ok(())
@@ -505,6 +596,7 @@ impl Transactions for FakeTxns {
             w.violations
                 .push(format!("{key}: begin inside a transaction"));
         }
+        w.txn.open_changes.insert(key.clone(), Vec::new());
         Ok(())
     }
 
@@ -536,6 +628,12 @@ impl Transactions for FakeTxns {
                 .push(format!("{key}: commit without a transaction"));
             return Ok(());
         };
+        for (topic, partition, k, v) in w.txn.open_changes.remove(key).unwrap_or_default() {
+            w.changelog
+                .entry((topic, partition))
+                .or_default()
+                .push((k, v));
+        }
         for (k, reject) in records {
             if reject {
                 w.txn.visible_rejects.push(k);
@@ -548,7 +646,7 @@ impl Transactions for FakeTxns {
         let mut bad = Vec::new();
         for (o, (k, v)) in log.iter().enumerate().take(next.max(0) as usize) {
             let ok = match v.as_str() {
-                "reject" => w.txn.visible_rejects.contains(k),
+                "reject" | "trap" | "loop" => w.txn.visible_rejects.contains(k),
                 "fail" => false,
                 _ => w.txn.visible.contains(k),
             };
@@ -565,6 +663,8 @@ impl Transactions for FakeTxns {
         }
         w.txn.committed.insert(key.clone(), next);
         w.txn.commits.push((key.clone(), next));
+        drop(w);
+        self.shared.check_state(key, false);
         Ok(())
     }
 
@@ -573,6 +673,7 @@ impl Transactions for FakeTxns {
         if w.txn.open.remove(key).is_some() {
             w.txn.aborts += 1;
         }
+        w.txn.open_changes.remove(key);
         Ok(())
     }
 
@@ -583,6 +684,68 @@ impl Transactions for FakeTxns {
                 .push(format!("{key}: producer closed with a transaction open"));
         }
         w.txn.opened.remove(key);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The fake changelog: acknowledged with the sink's records (held while the sink stalls);
+// under exactly-once its records join the partition's open transaction.
+
+struct FakeChangelog {
+    shared: Arc<Shared>,
+}
+
+impl Changelog for FakeChangelog {
+    fn write(&self, lane: &Lane, records: &[ChangeRecord], ticket: &Arc<Ticket>) {
+        let eos = self.shared.eos.load(Ordering::SeqCst);
+        let mut w = self.shared.world();
+        let part = PartitionKey::new(&lane.topic, lane.partition);
+        for r in records {
+            if eos {
+                match w.txn.open_changes.get_mut(&part) {
+                    Some(open) => open.push((
+                        r.topic.to_string(),
+                        lane.partition,
+                        r.key.clone(),
+                        r.value.clone(),
+                    )),
+                    None => w
+                        .violations
+                        .push(format!("{part}: changelog record outside a transaction")),
+                }
+            }
+            w.held_changes.push((
+                r.topic.to_string(),
+                lane.partition,
+                r.key.clone(),
+                r.value.clone(),
+                ticket.clone(),
+            ));
+        }
+        drop(w);
+        if !self.shared.stall.load(Ordering::SeqCst) {
+            self.shared.release();
+        }
+    }
+
+    fn restore(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
+    ) -> Result<i64, String> {
+        let records = self
+            .shared
+            .world()
+            .changelog
+            .get(&(topic.to_owned(), partition))
+            .cloned()
+            .unwrap_or_default();
+        for (o, (k, v)) in records.iter().enumerate().skip(from.max(0) as usize) {
+            apply(o as i64, k, v.as_deref());
+        }
+        Ok(records.len() as i64)
     }
 }
 
@@ -673,12 +836,25 @@ fn run_on(
     script: Vec<Step>,
     transactions: Option<TxnSetup>,
 ) -> RunOutcome {
-    let (engine, slots) = stage();
+    let custom = shared.stage.lock().unwrap().clone();
+    let (engine, slots) = match &custom {
+        Some((e, s)) => (e, s),
+        None => {
+            let (e, s) = stage();
+            (e, s)
+        }
+    };
     let shared = shared.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let chains = (0..drivers)
         .map(|_| Chain::new(engine, slots).expect("instantiates"))
         .collect();
+    let changelog: Option<Arc<dyn Changelog>> =
+        shared.changelog.load(Ordering::SeqCst).then(|| {
+            Arc::new(FakeChangelog {
+                shared: shared.clone(),
+            }) as Arc<dyn Changelog>
+        });
     run_parts(Parts {
         source: Box::new(FakeSource::new(shared.clone(), stop.clone(), script)),
         sink: Arc::new(FakeSink {
@@ -700,7 +876,7 @@ fn run_on(
         metrics: Metrics::new(),
         stop,
         transactions,
-        changelog: None,
+        changelog,
     })
 }
 
@@ -1344,4 +1520,168 @@ fn exactly_once_an_undeliverable_record_aborts_the_transaction_and_stops() {
     assert_visible_once(&w, &p(0), 40);
     assert_eq!(w.txn.committed.get(&p(0)), Some(&40));
     assert!(w.txn.aborts >= 1 && w.txn.open.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Stateful stages: `misbehave` with `count_in: counts` counts every message it sees in its
+// state before it misbehaves. Every commit is checked against the stage's store
+// (`Shared::check_state`): the store holds exactly the writes of the messages below its
+// checkpoint whose outcomes were delivered.
+
+/// A stateful `misbehave` with its store in `dir`, on `shared` (with the fake changelog when
+/// `changelog`).
+fn with_state(shared: &Arc<Shared>, dir: &std::path::Path, changelog: bool) {
+    let cache = std::env::temp_dir().join("weir-runtime-tests-cache");
+    let yaml = format!(
+        "name: t\nsource:\n  stdin: {{}}\nsink:\n  discard: {{}}\nruntime:\n  cache_dir: {}\n  state_dir: {}\nstages:\n  - name: m\n    plugin: {}\n    config: {{ count_in: counts }}\n    limits: {{ timeout: 100ms }}\n    state: {{ buckets: [counts] }}\n",
+        cache.display(),
+        dir.display(),
+        plugins::MISBEHAVE
+    );
+    let cfg = weir::config::load_str(std::path::Path::new("t.yaml"), &yaml, &|_| None).unwrap();
+    let p = weir::runtime::prepare(&cfg).expect("the stage loads");
+    *shared.state.lock().unwrap() = p.slots[0].spec.state.clone();
+    *shared.stage.lock().unwrap() = Some((p.engine, p.slots));
+    shared.changelog.store(changelog, Ordering::SeqCst);
+}
+
+/// Closes the store (a process exit): the next [`with_state`] opens it again.
+fn end_state(shared: &Arc<Shared>) {
+    *shared.stage.lock().unwrap() = None;
+    *shared.state.lock().unwrap() = None;
+}
+
+fn counts(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
+    pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
+}
+
+#[test]
+fn state_fail_trap_and_timeout_in_the_middle_of_a_batch_leave_no_writes_of_undelivered_messages() {
+    for (values, fail_at, expected) in [
+        // One packed call answers ok, ok, fail: the two oks' writes are kept, the fail's not.
+        (
+            vec!["ok", "ok", "fail", "ok"],
+            2,
+            counts(&[("seen", 2), ("ok", 2)]),
+        ),
+        // A trap and a timeout are rejected (delivered) but leave no writes; the fail stops.
+        (
+            vec![
+                "ok", "ok", "trap", "ok", "reject", "dup", "loop", "ok", "fail", "ok", "ok",
+            ],
+            8,
+            counts(&[("seen", 6), ("ok", 4), ("reject", 1), ("dup", 1)]),
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Shared::new();
+        with_state(&shared, dir.path(), false);
+        let out = run_on(
+            &shared,
+            1,
+            16,
+            options(),
+            vec![Step::Assign(vec![p(0)]), Step::Append(p(0), values.clone())],
+            None,
+        );
+        let f = out.controller.failure.as_ref().expect("the stage failed");
+        assert_eq!(f.offset, fail_at, "{values:?}");
+        let w = shared.world();
+        assert!(w.violations.is_empty(), "{:#?}", w.violations);
+        assert_eq!(last_commit(&w, &p(0)), Some(fail_at));
+        drop(w);
+        let b = shared.state.lock().unwrap().clone().unwrap();
+        assert_eq!(
+            b.store().checkpoint(&p(0)).unwrap().source_next,
+            Some(fail_at),
+            "the store is checkpointed at the commit"
+        );
+        assert_eq!(stored_counts(&b, &p(0)), expected, "{values:?}");
+    }
+}
+
+#[test]
+fn state_model_random_rebalances_and_stalls_commit_exactly_the_writes_of_delivered_messages() {
+    let n = std::env::var("WEIR_STATE_MODEL_SEEDS").map_or(30, |n| n.parse().expect("a number"));
+    for seed in 1..=n {
+        let (script, drivers) = random_script(seed);
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Shared::new();
+        with_state(&shared, dir.path(), false);
+        let mut opts = options();
+        opts.revoke_timeout = Duration::from_millis(20);
+        let out = run_on(&shared, drivers, 8, opts, script, None);
+        assert!(
+            out.controller.reached_end,
+            "seed {seed}: {:?}",
+            out.controller
+        );
+        let w = shared.world();
+        assert!(w.violations.is_empty(), "seed {seed}: {:#?}", w.violations);
+        let logs = w.logs.clone();
+        drop(w);
+        let b = shared.state.lock().unwrap().clone().unwrap();
+        for (k, log) in &logs {
+            assert_eq!(
+                stored_counts(&b, k),
+                fold(log),
+                "seed {seed}: {k}: every message counted exactly once at the end"
+            );
+        }
+    }
+}
+
+#[test]
+fn state_exactly_once_restores_from_the_changelog_after_a_revoke_and_after_the_state_dir_is_wiped()
+{
+    let shared = Shared::new();
+    let first = tempfile::tempdir().unwrap();
+    with_state(&shared, first.path(), true);
+    let out = run_eos(
+        &shared,
+        2,
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::Append(p(0), with_rejects(200, &[5, 150])),
+            Step::Append(p(1), oks(100)),
+            Step::Polls(2),
+            Step::Revoke(vec![p(0)]),
+            Step::Append(p(0), vec!["dup"; 20]),
+            Step::Assign(vec![p(0)]),
+            Step::Close(vec![p(0), p(1)]),
+        ],
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let logs = shared.world().logs.clone();
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    for (k, log) in &logs {
+        assert_eq!(stored_counts(&b, k), fold(log), "{k} after the first run");
+    }
+    drop(b);
+    end_state(&shared);
+    // A new machine: an empty state dir. The stores come back from the changelog alone.
+    let second = tempfile::tempdir().unwrap();
+    with_state(&shared, second.path(), true);
+    let out = run_eos(
+        &shared,
+        1,
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::Append(p(1), with_rejects(50, &[10])),
+            Step::Close(vec![p(0), p(1)]),
+        ],
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    let logs = w.logs.clone();
+    drop(w);
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    for (k, log) in &logs {
+        assert_eq!(
+            stored_counts(&b, k),
+            fold(log),
+            "{k}: restored from the changelog, then counted on"
+        );
+    }
 }
