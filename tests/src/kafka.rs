@@ -454,7 +454,10 @@ pub fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Running {
     let err = std::fs::File::create(s.path(log)).expect("log file");
     Running(
         s.weir(&["run", yaml])
-            .env("WEIR_LOG", "info,weir::kafka=debug")
+            .env(
+                "WEIR_LOG",
+                std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "info,weir::kafka=debug".into()),
+            )
             .stdout(std::process::Stdio::null())
             .stderr(err)
             .spawn()

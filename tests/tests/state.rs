@@ -264,3 +264,235 @@ fn on_the_mock_cluster_totals_are_restored_from_the_changelog_after_the_state_di
     let report = s.report();
     assert!(report["committed"].is_object(), "{report}");
 }
+
+/// `n` orders over 9 customers (`c0`..`c8`, customer j always on partition j % 3), amounts 1-5.
+fn customer_orders(n: usize) -> Vec<(i32, String, String)> {
+    (0..n)
+        .map(|i| {
+            let j = i % 9;
+            (
+                (j % 3) as i32,
+                format!("c{j}"),
+                format!("{{\"amount\":{},\"order\":{i}}}", i % 5 + 1),
+            )
+        })
+        .collect()
+}
+
+/// Every customer's totals in output order must be exactly the running sums of its orders:
+/// each order counted once, in order, nothing lost, nothing doubled.
+fn assert_exact_totals(b: &Broker, orders: &[(i32, String, String)], s: &Scratch, logs: &[&str]) {
+    let mut expected: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut sum: BTreeMap<String, i64> = BTreeMap::new();
+    for (_, k, v) in orders {
+        let v: Value = serde_json::from_str(v).unwrap();
+        let t = sum.entry(k.clone()).or_default();
+        *t += v["amount"].as_i64().unwrap();
+        expected.entry(k.clone()).or_default().push(*t);
+    }
+    let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for r in b.read("out") {
+        let v: Value = serde_json::from_str(&r.value).expect("JSON output");
+        got.entry(r.key)
+            .or_default()
+            .push(v["total"].as_i64().expect("a total"));
+    }
+    if got != expected {
+        let tails: Vec<String> = logs
+            .iter()
+            .map(|l| {
+                let text = std::fs::read_to_string(s.path(l)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                format!(
+                    "--- {l}:\n{}",
+                    lines[lines.len().saturating_sub(15)..].join("\n")
+                )
+            })
+            .collect();
+        let diff: Vec<String> = expected
+            .iter()
+            .filter(|(k, e)| got.get(*k) != Some(e))
+            .map(|(k, e)| {
+                let g = got.get(k).cloned().unwrap_or_default();
+                format!(
+                    "{k}: {} outputs, expected {}; last total {:?}, expected {:?}",
+                    g.len(),
+                    e.len(),
+                    g.last(),
+                    e.last()
+                )
+            })
+            .collect();
+        panic!("totals differ:\n{}\n{}", diff.join("\n"), tails.join("\n"));
+    }
+}
+
+#[test]
+fn on_tansu_exactly_once_totals_survive_kill_9_group_churn_and_a_wiped_state_dir() {
+    let (b, orders, s, logs) = churn("exactly-once", true);
+    let names: Vec<&str> = logs.iter().map(String::as_str).collect();
+    assert_exact_totals(&b, &orders, &s, &names);
+}
+
+/// The control: at-least-once, killed the same way and restored from a wiped state dir, the
+/// totals are never lower than the sums (nothing is lost), and may be higher (a replayed
+/// order's write can come back from the changelog). Without the group churn: tansu hands a
+/// partition to a new member before the old one let it go, and without fencing two members
+/// then write one partition's state (docs/state.md: at-least-once and zombies).
+#[test]
+fn on_tansu_at_least_once_totals_after_kill_9_and_a_wiped_state_dir_are_never_lower() {
+    let (b, orders, _s, _logs) = churn("at-least-once", false);
+    let want = sums(&orders);
+    let got = last_totals(&b);
+    for (k, w) in &want {
+        let g = got.get(k).copied().unwrap_or(0);
+        assert!(g >= *w, "{k}: total {g} is lower than the sum {w}");
+    }
+}
+
+/// The running-total pipeline on tansu with `delivery`: killed twice (`kill -9`), three
+/// members joining and two leaving, then the last one back with its state dir wiped, while
+/// the input trickles in; until every order came out.
+fn churn(
+    delivery: &str,
+    group_churn: bool,
+) -> (Broker, Vec<(i32, String, String)>, Scratch, Vec<String>) {
+    use std::time::{Duration, Instant};
+    use weir_tests::kafka::{sigterm, spawn_weir, tansu, trickle, wait_ok};
+
+    let b = tansu(&[("in", 3), ("out", 3), ("dlq", 1)]);
+    let orders = customer_orders(1800);
+    // Input keeps coming (about 25 s) while members are killed, join and leave.
+    // The last 300 come after the wipe: their totals build on the restored state.
+    let (early, late) = orders.split_at(1500);
+    let producer = trickle(&b, "in", early.to_vec(), 100, Duration::from_millis(300));
+    let s = scratch!();
+    if std::env::var("WEIR_KEEP").is_ok() {
+        eprintln!("scratch: {}", s.dir.path().display());
+    }
+    let group = "g-state";
+    for m in 0..3 {
+        // Each member its own state dir (a process holds its store); commits every second,
+        // so a kill lands with totals produced and not committed.
+        let yaml = kafka_pipeline(
+            &b.bootstrap,
+            group,
+            &stateful("total", RUNNING_TOTAL, "{ buckets: [totals] }", &[]),
+            "",
+            &format!("  state_dir: state-{m}\ndelivery: {delivery}\n"),
+        )
+        .replace("commit_interval: 100ms", "commit_interval: 1s");
+        s.write(&format!("p-{m}.yaml"), &yaml);
+    }
+    let progress = |before: &[Option<i64>], log: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while b.committed(group, "in", 3) == before {
+            assert!(
+                Instant::now() < deadline,
+                "no transaction committed: {}",
+                std::fs::read_to_string(s.path(log)).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut logs = Vec::new();
+    // 1. kill -9 twice, each time with totals produced and not committed.
+    for i in 0..2 {
+        let log = format!("kill-{i}.log");
+        let before = b.committed(group, "in", 3);
+        let mut c = spawn_weir(&s, "p-0.yaml", &log);
+        progress(&before, &log);
+        std::thread::sleep(Duration::from_millis(600));
+        c.kill().expect("kill -9");
+        c.wait().expect("reaped");
+        logs.push(log);
+    }
+    // 2. Three members join, two leave: partitions (and their state) move between them.
+    // Each step waits until the group committed again, so that rebalances settle.
+    let mut members = Vec::new();
+    for m in 0..if group_churn { 3 } else { 1 } {
+        let log = format!("member-{m}.log");
+        let before = b.committed(group, "in", 3);
+        members.push((spawn_weir(&s, &format!("p-{m}.yaml"), &log), log.clone()));
+        // In the group (not still in its start-up checks), and the group committed since.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !std::fs::read_to_string(s.path(&log))
+            .unwrap_or_default()
+            .contains("partitions assigned")
+        {
+            assert!(Instant::now() < deadline, "member {m} was never assigned");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        progress(&before, &log);
+        logs.push(log);
+    }
+    for _ in 0..if group_churn { 2 } else { 0 } {
+        let (mut c, log) = members.pop().expect("a member");
+        sigterm(&c);
+        // Exactly-once, a member that leaves while the group moves its partitions may be
+        // fenced by the next owner: it stops with exit 1 and nothing of its open
+        // transaction is visible. Anything else fails.
+        let st = c.wait().expect("reaped");
+        let text = std::fs::read_to_string(s.path(&log)).unwrap_or_default();
+        assert!(
+            st.success() || (delivery == "exactly-once" && text.contains("fenced")),
+            "a leaving member exited {st}: {text}"
+        );
+        let before = b.committed(group, "in", 3);
+        progress(&before, &members[0].1);
+    }
+    // 3. The last one stops; it comes back with its state dir wiped.
+    let (c, log) = members.pop().expect("a member");
+    sigterm(&c);
+    wait_ok(c, "member 0", &s, &log);
+    std::fs::remove_dir_all(s.path("state-0")).expect("wiping the state dir");
+    producer.join().expect("producer");
+    let log = "wiped.log".to_owned();
+    let c = spawn_weir(&s, "p-0.yaml", &log);
+    logs.push(log.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(s.path(&log))
+        .unwrap_or_default()
+        .matches("state restored from the changelog")
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the wiped member did not restore its 3 partitions: {}",
+            std::fs::read_to_string(s.path(&log)).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.produce("in", late);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let last_ok = |b: &Broker| {
+        let want = sums(&orders);
+        let got = last_totals(b);
+        want.iter().all(|(k, w)| got.get(k).is_some_and(|g| g >= w))
+    };
+    while b.read("out").len() < orders.len() || !last_ok(&b) {
+        if Instant::now() >= deadline {
+            let text = std::fs::read_to_string(s.path(&log)).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            panic!(
+                "not every order came out: {} outputs for {} orders; last totals {:?}, sums {:?}; committed {:?}; the wiped member's log ends:\n{}",
+                b.read("out").len(),
+                orders.len(),
+                last_totals(&b),
+                sums(&orders),
+                b.committed(group, "in", 3),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    sigterm(&c);
+    wait_ok(c, "the wiped member", &s, &log);
+    let restored = std::fs::read_to_string(s.path("wiped.log")).unwrap_or_default();
+    assert!(
+        restored.contains("state restored from the changelog"),
+        "the wiped member restored its state: {restored}"
+    );
+    (b, orders, s, logs)
+}

@@ -26,6 +26,8 @@ use crate::message::Lane;
 const RESTORE_STALL: Duration = Duration::from_secs(60);
 /// Longest a metadata request may take.
 const REQUEST: Duration = Duration::from_secs(30);
+/// How long a restore waits before it asks again whether the end it reached is the end.
+const END_CHECK: Duration = Duration::from_millis(25);
 /// Longest a topic creation may take.
 const CREATE: Duration = Duration::from_secs(10);
 
@@ -66,6 +68,23 @@ impl ProducerContext for ChangelogContext {
     }
 }
 
+/// A restore consumer's client events: the end of the partition is how a restore ends, not
+/// an error worth a log line.
+struct RestoreContext;
+
+impl ClientContext for RestoreContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        crate::kafka::client::log(level, fac, msg);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::warn!("changelog restore: {error}: {reason}");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for RestoreContext {}
+
 enum Writer {
     Plain(ThreadedProducer<ChangelogContext>),
     Transactional(Arc<KafkaTransactions>),
@@ -90,6 +109,8 @@ impl KafkaChangelog {
         consumer
             .set("enable.partition.eof", "true")
             .set("auto.offset.reset", "earliest")
+            // A restore reads to the end and stops: no waiting on the broker for more.
+            .set("fetch.wait.max.ms", "10")
             .set(
                 "isolation.level",
                 if txns.is_some() {
@@ -256,32 +277,51 @@ impl Changelog for KafkaChangelog {
         from: i64,
         apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
     ) -> Result<i64, String> {
-        let consumer: BaseConsumer = self
+        let consumer: BaseConsumer<RestoreContext> = self
             .consumer
-            .create()
+            .create_with_context(RestoreContext)
             .map_err(|e| format!("changelog `{topic}`: {e}"))?;
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, REQUEST)
-            .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))?;
-        if from >= high {
+        let watermarks = || {
+            consumer
+                .fetch_watermarks(topic, partition, REQUEST)
+                .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))
+        };
+        let (low, mut high) = watermarks()?;
+        if from > high {
             return Ok(high);
         }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition, Offset::Offset(from.max(low)))
-            .map_err(|e| e.to_string())?;
-        consumer.assign(&tpl).map_err(|e| e.to_string())?;
+        // The end is the end once the broker says the same twice, a moment apart: a broker's
+        // end offset can lag behind records it has acknowledged (tansu 0.6's does), and a
+        // restore that stopped there would lose the last writes.
+        let mut position = from.max(low);
+        let mut assigned = false;
         let mut last_progress = Instant::now();
         loop {
-            match consumer.poll(Duration::from_millis(200)) {
+            if position >= high {
+                std::thread::sleep(END_CHECK);
+                let (_, again) = watermarks()?;
+                if again <= high {
+                    return Ok(high.max(position));
+                }
+                high = again;
+            }
+            if !assigned {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(topic, partition, Offset::Offset(position))
+                    .map_err(|e| e.to_string())?;
+                consumer.assign(&tpl).map_err(|e| e.to_string())?;
+                assigned = true;
+            }
+            match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
                     last_progress = Instant::now();
                     let key = m.key().map(String::from_utf8_lossy).unwrap_or_default();
                     apply(m.offset(), &key, m.payload());
-                    if m.offset() + 1 >= high {
-                        return Ok(high);
-                    }
+                    position = m.offset() + 1;
                 }
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(high),
+                // Past the last record: control records (transaction markers) may follow it,
+                // which a consumer never sees.
+                Some(Err(KafkaError::PartitionEOF(_))) => position = position.max(high),
                 Some(Err(e)) => {
                     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OffsetOutOfRange) {
                         return Err(format!("changelog `{topic}` partition {partition}: {e}"));
@@ -292,7 +332,7 @@ impl Changelog for KafkaChangelog {
             }
             if last_progress.elapsed() > RESTORE_STALL {
                 return Err(format!(
-                    "changelog `{topic}` partition {partition}: no record for {}s while restoring (at most offset {high} expected)",
+                    "changelog `{topic}` partition {partition}: no record for {}s while restoring (at offset {position} of {high})",
                     RESTORE_STALL.as_secs()
                 ));
             }
