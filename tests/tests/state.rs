@@ -72,6 +72,44 @@ fn a_second_run_over_a_local_file_continues_from_the_first_runs_state() {
         [("a".into(), 13), ("b".into(), 4), ("a".into(), 16)],
         "the second run starts from the first run's totals"
     );
+    run_ok(&s);
+    assert_eq!(
+        totals(&s.read_jsonl("out.jsonl")),
+        [("a".into(), 21), ("b".into(), 6), ("a".into(), 24)],
+        "and the third from the second's"
+    );
+    // What the store holds, as `weir state` shows it.
+    let out = s.run(&["state", "list", "p.yaml", "--stage", "total"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<(String, i64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                v["int"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, [("a".into(), 24), ("b".into(), 6)]);
+    let out = s.run(&["state", "get", "p.yaml", "--stage", "total", "--key", "b"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"int\":6"));
+    let out = s.run(&["state", "reset", "p.yaml"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    run_ok(&s);
+    assert_eq!(
+        totals(&s.read_jsonl("out.jsonl")),
+        [("a".into(), 5), ("b".into(), 2), ("a".into(), 8)],
+        "after a reset the totals start from nothing"
+    );
 }
 
 #[test]
@@ -250,6 +288,20 @@ fn on_the_mock_cluster_totals_are_restored_from_the_changelog_after_the_state_di
         300,
         "one changelog record per increment (compaction comes later)"
     );
+    // `weir state` reads the same totals from the changelog as from the store.
+    for from in [&["--changelog"][..], &[][..]] {
+        let mut args = vec!["state", "get", "p.yaml", "--stage", "total", "--key", "k3"];
+        args.extend_from_slice(from);
+        let out = s.run(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let v: Value = serde_json::from_str(text.trim())
+            .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(
+            v["int"].as_i64(),
+            sums(&first).get("k3").copied(),
+            "{from:?}"
+        );
+    }
     // A new machine: no state dir. The totals come back from the changelog.
     std::fs::remove_dir_all(s.path("weir-state")).expect("wiping the state dir");
     let second = orders(300, 100);

@@ -103,9 +103,35 @@ pub fn component(args: &ComponentArgs) -> ExitCode {
     }
 }
 
-/// Writes the contract into `out/weir.wit`.
+/// The state interfaces the stage worlds import (`wasi:keyvalue@0.2.0-draft2`), as
+/// `deps/keyvalue/<file>` beside the contract.
+pub const KEYVALUE: &[(&str, &str)] = &[
+    (
+        "store.wit",
+        include_str!("../../../wit/deps/keyvalue/store.wit"),
+    ),
+    (
+        "atomics.wit",
+        include_str!("../../../wit/deps/keyvalue/atomics.wit"),
+    ),
+    (
+        "batch.wit",
+        include_str!("../../../wit/deps/keyvalue/batch.wit"),
+    ),
+    (
+        "world.wit",
+        include_str!("../../../wit/deps/keyvalue/world.wit"),
+    ),
+];
+
+/// Writes the contract into `out/weir.wit`, and the packages it uses into `out/deps/`.
 pub fn write_wit(out: &Path) -> Result<PathBuf, ComponentError> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
+    let deps = out.join("deps").join("keyvalue");
+    std::fs::create_dir_all(&deps).map_err(io(&deps))?;
+    for (name, text) in KEYVALUE {
+        let file = deps.join(name);
+        std::fs::write(&file, text).map_err(io(&file))?;
+    }
     let file = out.join(WIT_FILE);
     std::fs::write(&file, WIT).map_err(io(&file))?;
     Ok(file)
@@ -114,6 +140,17 @@ pub fn write_wit(out: &Path) -> Result<PathBuf, ComponentError> {
 /// Generates the C bindings of `world` into `out` and returns the files written.
 pub fn c_bindings(out: &Path, world: &str) -> Result<Vec<PathBuf>, ComponentError> {
     let mut resolve = Resolve::default();
+    // The package the contract imports first, from its files.
+    let mut deps = wit_bindgen_core::wit_parser::SourceMap::new();
+    for (name, text) in KEYVALUE {
+        deps.push_str(&format!("deps/keyvalue/{name}"), *text);
+    }
+    let group = deps
+        .parse()
+        .map_err(|(_, e)| ComponentError::Tool(anyhow::anyhow!("{e}")))?;
+    resolve
+        .push_group(group)
+        .map_err(|e| ComponentError::Tool(anyhow::anyhow!("{e}")))?;
     let pkg = resolve
         .push_str(WIT_FILE, WIT)
         .map_err(ComponentError::Tool)?;

@@ -13,6 +13,7 @@ mod inspect;
 mod new;
 mod replay;
 mod run;
+mod state;
 mod test;
 mod top;
 
@@ -68,6 +69,9 @@ enum Command {
     },
     /// Replay dead-letter records (a DLQ topic or a reject JSONL file) to their source topics.
     Replay(replay::ReplayArgs),
+    /// Look inside stage state (`list`, `get`; from the state dir or the changelog), or
+    /// `reset` a stage's store.
+    State(state::StateArgs),
     /// Print the JSON Schema of the pipeline YAML.
     Schema,
     /// Run a throw-away Kafka-protocol broker in this process (development and tests).
@@ -128,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::Rollout(args) => admin::rollout(&args),
         Command::Promote(args) => admin::decide(&args, "promote"),
         Command::Rollback(args) => admin::decide(&args, "rollback"),
+        Command::State(args) => state::state(&args),
         Command::Schema => {
             print!("{}", crate::config::schema());
             ExitCode::SUCCESS

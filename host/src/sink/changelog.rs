@@ -222,6 +222,44 @@ fn list(topics: &[&String]) -> String {
         .join(", ")
 }
 
+impl KafkaChangelog {
+    /// The partitions of a changelog topic.
+    pub fn partitions(src: &KafkaSource, topic: &str) -> Result<Vec<i32>, String> {
+        let c: BaseConsumer = producer_settings(src)
+            .create()
+            .map_err(|e| format!("changelog `{topic}`: {e}"))?;
+        let md = c
+            .fetch_metadata(Some(topic), REQUEST)
+            .map_err(|e| format!("changelog `{topic}`: {e}"))?;
+        let parts: Vec<i32> = md
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic)
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if parts.is_empty() {
+            return Err(format!("changelog topic `{topic}` does not exist"));
+        }
+        Ok(parts)
+    }
+
+    /// How many members the source's consumer group has now.
+    pub fn group_members(src: &KafkaSource) -> Result<usize, String> {
+        let c: BaseConsumer = producer_settings(src)
+            .create()
+            .map_err(|e| format!("group `{}`: {e}", src.group))?;
+        let groups = c
+            .fetch_group_list(Some(&src.group), REQUEST)
+            .map_err(|e| format!("group `{}`: {e}", src.group))?;
+        Ok(groups
+            .groups()
+            .iter()
+            .filter(|g| g.name() == src.group)
+            .map(|g| g.members().len())
+            .sum())
+    }
+}
+
 /// Producer and admin settings from the source's connection (brokers, security, the user's
 /// properties that apply to any client).
 fn producer_settings(src: &KafkaSource) -> ClientConfig {
