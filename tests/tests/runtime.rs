@@ -31,6 +31,11 @@ use weir_tests::plugins;
 // ---------------------------------------------------------------------------------------
 // The shared world: partitions' logs, what the sinks hold, commits, violations.
 
+/// A changelog record: key and value (none: a tombstone).
+type KeyValue = (String, Option<Vec<u8>>);
+/// A changelog record on its way: topic, partition, key, value.
+type Change = (String, i32, String, Option<Vec<u8>>);
+
 #[derive(Default)]
 struct World {
     /// Per partition: (key, value) of each offset.
@@ -53,9 +58,9 @@ struct World {
     txn: TxnWorld,
     /// Stateful stages' changelog partitions: (topic, partition) → acknowledged (or, under
     /// exactly-once, committed) records.
-    changelog: BTreeMap<(String, i32), Vec<(String, Option<Vec<u8>>)>>,
+    changelog: BTreeMap<(String, i32), Vec<KeyValue>>,
     /// Changelog records written, not yet acknowledged: (topic, partition, key, value, ticket).
-    held_changes: Vec<(String, i32, String, Option<Vec<u8>>, Arc<Ticket>)>,
+    held_changes: Vec<(Change, Arc<Ticket>)>,
 }
 
 /// What a transactional broker holds: per partition the open transaction's records, what
@@ -82,7 +87,7 @@ struct TxnWorld {
     opening: usize,
     most_opening: usize,
     /// Changelog records in each open transaction: (topic, partition, key, value).
-    open_changes: BTreeMap<PartitionKey, Vec<(String, i32, String, Option<Vec<u8>>)>>,
+    open_changes: BTreeMap<PartitionKey, Vec<Change>>,
 }
 
 struct Shared {
@@ -127,7 +132,7 @@ impl Shared {
         let changes = std::mem::take(&mut self.world().held_changes);
         let fail = self.fail_acks.load(Ordering::SeqCst);
         let eos = self.eos.load(Ordering::SeqCst);
-        for (topic, partition, key, value, t) in changes {
+        for ((topic, partition, key, value), t) in changes {
             if !fail && !eos {
                 let mut w = self.world();
                 w.changelog
@@ -715,10 +720,12 @@ impl Changelog for FakeChangelog {
                 }
             }
             w.held_changes.push((
-                r.topic.to_string(),
-                lane.partition,
-                r.key.clone(),
-                r.value.clone(),
+                (
+                    r.topic.to_string(),
+                    lane.partition,
+                    r.key.clone(),
+                    r.value.clone(),
+                ),
                 ticket.clone(),
             ));
         }
@@ -733,7 +740,7 @@ impl Changelog for FakeChangelog {
         topic: &str,
         partition: i32,
         from: i64,
-        apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
+        apply: &mut weir::sink::ApplyRecord<'_>,
     ) -> Result<i64, String> {
         let records = self
             .shared

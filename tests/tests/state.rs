@@ -405,10 +405,10 @@ fn on_tansu_at_least_once_totals_after_kill_9_and_a_wiped_state_dir_are_never_lo
 /// The running-total pipeline on tansu with `delivery`: killed twice (`kill -9`), three
 /// members joining and two leaving, then the last one back with its state dir wiped, while
 /// the input trickles in; until every order came out.
-fn churn(
-    delivery: &str,
-    group_churn: bool,
-) -> (Broker, Vec<(i32, String, String)>, Scratch, Vec<String>) {
+/// What [`churn`] leaves: the broker, the orders, the scratch folder and the runs' logs.
+type Churned = (Broker, Vec<(i32, String, String)>, Scratch, Vec<String>);
+
+fn churn(delivery: &str, group_churn: bool) -> Churned {
     use std::time::{Duration, Instant};
     use weir_tests::kafka::{sigterm, spawn_weir, tansu, trickle, wait_ok};
 

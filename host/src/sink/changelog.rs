@@ -286,7 +286,7 @@ fn producer_settings(src: &KafkaSource) -> ClientConfig {
             "max.partition.fetch.bytes",
             "topic.metadata.refresh.interval.ms",
         ];
-        if !consumer_only.contains(&&k[..]) {
+        if !consumer_only.contains(&k) {
             p.set(k, v);
         }
     }
@@ -313,7 +313,7 @@ impl Changelog for KafkaChangelog {
         topic: &str,
         partition: i32,
         from: i64,
-        apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
+        apply: &mut super::ApplyRecord<'_>,
     ) -> Result<i64, String> {
         let consumer: BaseConsumer<RestoreContext> = self
             .consumer

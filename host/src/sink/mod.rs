@@ -220,6 +220,10 @@ pub struct ChangeRecord {
     pub value: Option<Vec<u8>>,
 }
 
+/// What a restore hands each changelog record to: its offset, key and value (none: a
+/// tombstone).
+pub type ApplyRecord<'a> = dyn FnMut(i64, &str, Option<&[u8]>) + 'a;
+
 /// Where stages' state writes are made durable: a compacted changelog topic per stage and
 /// bucket, partitioned like the source. At-least-once its records carry a ticket of the
 /// batch, so no offset commits before they are acknowledged; exactly-once they go into the
@@ -236,7 +240,7 @@ pub trait Changelog: Send + Sync {
         topic: &str,
         partition: i32,
         from: i64,
-        apply: &mut dyn FnMut(i64, &str, Option<&[u8]>),
+        apply: &mut ApplyRecord<'_>,
     ) -> Result<i64, String>;
 }
 

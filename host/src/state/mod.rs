@@ -341,8 +341,8 @@ impl PartitionState {
         self.store.apply(&self.key, &changes, &cp)?;
         g.checkpoint = cp;
         for e in entries {
-            if g.cache.contains_key(&e.slot) {
-                g.cache.insert(e.slot, e.value);
+            if let Some(cached) = g.cache.get_mut(&e.slot) {
+                *cached = e.value;
             }
         }
         Ok(())

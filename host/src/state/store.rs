@@ -54,8 +54,10 @@ pub struct Checkpoint {
     pub changelog_next: BTreeMap<String, i64>,
 }
 
-/// One write, as stored: `None` deletes.
+/// One write, as stored: bucket, key, value (`None` deletes).
 pub type Change<'a> = (&'a str, &'a str, Option<&'a [u8]>);
+/// One write within a bucket: key, value (`None` deletes).
+type KeyChange<'a> = (&'a str, Option<&'a [u8]>);
 
 /// The store of one stage.
 pub struct StageStore {
@@ -184,7 +186,7 @@ impl StageStore {
     ) -> Result<(), StoreError> {
         let w = self.db.begin_write().map_err(|e| self.io(e))?;
         {
-            let mut by_bucket: BTreeMap<&str, Vec<(&str, Option<&[u8]>)>> = BTreeMap::new();
+            let mut by_bucket: BTreeMap<&str, Vec<KeyChange<'_>>> = BTreeMap::new();
             for (b, k, v) in changes {
                 by_bucket.entry(b).or_default().push((k, *v));
             }
