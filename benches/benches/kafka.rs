@@ -22,8 +22,8 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use weir_benches::kafka::{broker, drain, yaml, yaml_with, N};
-use weir_tests::plugins::PASSTHROUGH;
+use weir_benches::kafka::{broker, drain, state_yaml, yaml, yaml_with, N};
+use weir_tests::plugins::{MISBEHAVE, PASSTHROUGH};
 
 fn end_to_end(c: &mut Criterion) {
     let broker = broker();
@@ -76,5 +76,38 @@ fn end_to_end(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, end_to_end);
+/// A stateful stage (`misbehave` with one `get` and one `set` per message) vs the same stage
+/// without state, at-least-once and exactly-once (commit interval 1 s).
+fn with_state(c: &mut Criterion) {
+    let broker = broker();
+    let bootstrap = broker.bootstrap().to_owned();
+    let mut g = c.benchmark_group("kafka_state");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(20))
+        .warm_up_time(Duration::from_secs(1))
+        .throughput(Throughput::Elements(N as u64));
+    for delivery in ["at-least-once", "exactly-once"] {
+        for (name, state) in [("stateless", false), ("get_set", true)] {
+            g.bench_function(format!("{delivery}_{name}"), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let dir = tempfile::tempdir().expect("state dir");
+                            drain(&state_yaml(
+                                &bootstrap,
+                                MISBEHAVE,
+                                delivery,
+                                state,
+                                dir.path(),
+                            ))
+                        })
+                        .sum()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, end_to_end, with_state);
 criterion_main!(benches);

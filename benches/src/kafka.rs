@@ -21,6 +21,11 @@ pub fn broker() -> EmbeddedBroker {
     let broker = EmbeddedBroker::start(1).expect("broker");
     broker.create_topic("in", PARTITIONS).expect("topic");
     broker.create_topic("out", PARTITIONS).expect("topic");
+    // The changelog of the stateful stage in `state_yaml` (the mock cluster does not create
+    // topics on request).
+    broker
+        .create_topic("weir.pass0.kv.changelog", PARTITIONS)
+        .expect("topic");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("in.jsonl");
     std::fs::write(&path, seed_lines(N)).expect("seed file");
@@ -71,6 +76,26 @@ pub fn yaml_with(
     s.push_str(&format!(
         "sink:\n  kafka:\n    brokers: {bootstrap}\n    topic: out\nruntime:\n  drivers: {drivers}\n  watch_plugins: false\n"
     ));
+    s
+}
+
+/// [`yaml_with`] (one `plugin` stage, one driver) where the stage keeps state (`get_set:
+/// kv`, bucket `kv`, `misbehave`) or not, its store in `state_dir`.
+pub fn state_yaml(
+    bootstrap: &str,
+    plugin: &str,
+    delivery: &str,
+    state: bool,
+    state_dir: &std::path::Path,
+) -> String {
+    let mut s = yaml_with(bootstrap, plugin, 1, 1, delivery, "1s");
+    if state {
+        s = s.replace(
+            &format!("    plugin: {plugin}\n"),
+            &format!("    plugin: {plugin}\n    config: {{ get_set: kv }}\n    state: {{ buckets: [kv] }}\n"),
+        );
+    }
+    s.push_str(&format!("  state_dir: {}\n", state_dir.display()));
     s
 }
 

@@ -5,13 +5,16 @@
 //! else passes unchanged. `read-file`, `env` and `net` reject with what the sandbox allowed. With config `init_error` set, `init` fails with that text.
 //! With config `count_in: BUCKET`, every message first adds 1 to the keys `seen` and its value
 //! in that state bucket (before it misbehaves), so tests see which writes were kept; a bucket
-//! that cannot be opened rejects the message with the error.
+//! that cannot be opened rejects the message with the error. With config `get_set: BUCKET`,
+//! every message first reads its key's value in that bucket and sets it to the message's
+//! value (one `get` and one `set`: what the state benchmarks measure).
 use weir_sdk::state::Bucket;
 use weir_sdk::{Config, Message, Outcome};
 
 /// The parsed config: the bucket to count in.
 pub struct Setup {
     count_in: Option<String>,
+    get_set: Option<String>,
 }
 
 /// Reads the config.
@@ -20,6 +23,7 @@ pub fn setup(config: &Config) -> Result<Setup, String> {
         Some(e) => Err(e.to_owned()),
         None => Ok(Setup {
             count_in: config.get("count_in").map(str::to_owned),
+            get_set: config.get("get_set").map(str::to_owned),
         }),
     }
 }
@@ -34,6 +38,16 @@ pub fn misbehave(msg: &Message<'_>, setup: &Setup) -> Outcome {
             b.increment(value, 1)
         });
         if let Err(e) = counted {
+            return Outcome::reject(format!("state: {e}"));
+        }
+    }
+    if let Some(name) = &setup.get_set {
+        let key = msg.key_str().unwrap_or_default();
+        let done = Bucket::open(name).and_then(|b| {
+            std::hint::black_box(b.get(key)?);
+            b.set(key, msg.value().unwrap_or_default())
+        });
+        if let Err(e) = done {
             return Outcome::reject(format!("state: {e}"));
         }
     }
