@@ -11,11 +11,9 @@
 //!
 //! Run: `cargo bench -p weir-benches --bench state` (results: docs/BENCHMARKS.md).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use weir::chain::Chain;
 use weir::kafka::embedded::EmbeddedBroker;
 use weir::message::{Envelope, Header, Lane, Message};
 use weir::sink::changelog::KafkaChangelog;
@@ -118,7 +116,7 @@ fn state_batch(c: &mut Criterion) {
                         log.write(&lane, &out.changes, &t);
                     }
                     batches += 1;
-                    if state && batches % COMMIT_EVERY == 0 {
+                    if state && batches.is_multiple_of(COMMIT_EVERY) {
                         registry.commit(&key, first + BATCH as i64).expect("commit");
                     }
                     while done_rx.try_recv().is_ok() {}
