@@ -87,19 +87,22 @@ fn with_state(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .throughput(Throughput::Elements(N as u64));
     for delivery in ["at-least-once", "exactly-once"] {
-        for (name, state) in [("stateless", false), ("get_set", true)] {
+        // `get_set_kept`: the state dir survives from one drain to the next (a restart: the
+        // restore reads only what the last drain wrote); `get_set`: a new state dir each time
+        // (the restore reads the whole changelog the mock cluster kept).
+        for (name, state, keep) in [
+            ("stateless", false, false),
+            ("get_set", true, false),
+            ("get_set_kept", true, true),
+        ] {
+            let kept = tempfile::tempdir().expect("state dir");
             g.bench_function(format!("{delivery}_{name}"), |b| {
                 b.iter_custom(|iters| {
                     (0..iters)
                         .map(|_| {
-                            let dir = tempfile::tempdir().expect("state dir");
-                            drain(&state_yaml(
-                                &bootstrap,
-                                MISBEHAVE,
-                                delivery,
-                                state,
-                                dir.path(),
-                            ))
+                            let fresh = tempfile::tempdir().expect("state dir");
+                            let dir = if keep { kept.path() } else { fresh.path() };
+                            drain(&state_yaml(&bootstrap, MISBEHAVE, delivery, state, dir))
                         })
                         .sum()
                 })

@@ -202,6 +202,8 @@ fn changelog_for(
     let Some(state) = chains.first().map(Chain::state).filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
+    // The stores are caches of their changelogs from now on (synced at close, not per commit).
+    state.set_cache_of_changelog();
     let topics = state.changelog_topics();
     crate::sink::changelog::KafkaChangelog::ensure_topics(src, &topics)
         .map_err(StartError::Changelog)?;

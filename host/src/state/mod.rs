@@ -142,23 +142,21 @@ impl PartitionState {
     /// The value of `slot` (the stage's bytes), as the next message sees it.
     pub fn get(&self, slot: &Slot) -> Result<Option<Vec<u8>>, StoreError> {
         let mut g = self.lock();
-        let stored = match g.batch.get(slot).or_else(|| g.pending.get(slot)) {
-            Some(v) => v.map(<[u8]>::to_vec),
-            None => match g.cache.get(slot) {
-                Some(v) => v.clone(),
-                None => {
-                    let v =
-                        self.store
-                            .get(&self.key, &self.spec.buckets[slot.0 as usize], &slot.1)?;
-                    if g.cache.len() >= CACHE_ENTRIES {
-                        g.cache.clear();
-                    }
-                    g.cache.insert(slot.clone(), v.clone());
-                    v
-                }
-            },
-        };
-        Ok(stored.and_then(|s| self.live(&s).map(<[u8]>::to_vec)))
+        if let Some(v) = g.batch.get(slot).or_else(|| g.pending.get(slot)) {
+            return Ok(v.and_then(|s| self.live(s)).map(<[u8]>::to_vec));
+        }
+        if let Some(v) = g.cache.get(slot) {
+            return Ok(v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec));
+        }
+        let v = self
+            .store
+            .get(&self.key, &self.spec.buckets[slot.0 as usize], &slot.1)?;
+        let out = v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec);
+        if g.cache.len() >= CACHE_ENTRIES {
+            g.cache.clear();
+        }
+        g.cache.insert(slot.clone(), v);
+        Ok(out)
     }
 
     /// The stage's bytes of an encoded value, unless it outlived the TTL.
@@ -462,6 +460,13 @@ impl StateRegistry {
     /// A registry of these stages' buckets.
     pub fn of_stages(stages: Vec<Arc<StageBuckets>>) -> Self {
         StateRegistry { stages }
+    }
+
+    /// The stores are caches of changelogs: their commits need not be synced one by one.
+    pub fn set_cache_of_changelog(&self) {
+        for s in &self.stages {
+            s.store.set_cache_of_changelog();
+        }
     }
 
     /// Every stage's changelog topics.

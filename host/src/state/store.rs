@@ -59,11 +59,21 @@ pub type Change<'a> = (&'a str, &'a str, Option<&'a [u8]>);
 /// One write within a bucket: key, value (`None` deletes).
 type KeyChange<'a> = (&'a str, Option<&'a [u8]>);
 
+/// An open read-only table, kept between reads until the next write (`None`: no such table).
+type Reader = Option<redb::ReadOnlyTable<&'static str, &'static [u8]>>;
+
 /// The store of one stage.
 pub struct StageStore {
     stage: String,
     db: Database,
     path: PathBuf,
+    /// Tables opened for reading, by name: a read transaction per key costs microseconds,
+    /// so one is kept until a write transaction commits.
+    readers: std::sync::Mutex<std::collections::HashMap<String, Reader>>,
+    /// Whether every commit is synced to disk. A store that is a cache of its changelog
+    /// needs no sync per commit: after a crash it has an older consistent state (data and
+    /// checkpoint together) and the restore catches it up. It is synced when dropped.
+    durable: std::sync::atomic::AtomicBool,
 }
 
 fn table_name(bucket: &str, key: &PartitionKey) -> String {
@@ -98,7 +108,24 @@ impl StageStore {
             stage: stage.to_owned(),
             db,
             path,
+            readers: Default::default(),
+            durable: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// The store is a cache of a changelog: commits are not synced one by one.
+    pub fn set_cache_of_changelog(&self) {
+        self.durable
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
+        let mut w = self.db.begin_write().map_err(|e| self.io(e))?;
+        if !self.durable.load(std::sync::atomic::Ordering::Relaxed) {
+            w.set_durability(redb::Durability::None)
+                .map_err(|e| self.io(e))?;
+        }
+        Ok(w)
     }
 
     /// The file.
@@ -121,15 +148,30 @@ impl StageStore {
         key: &str,
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let name = table_name(bucket, part);
-        let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
-        let r = self.db.begin_read().map_err(|e| self.io(e))?;
-        let t = match r.open_table(def) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(self.io(e)),
+        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if !readers.contains_key(&name) {
+            let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
+            let r = self.db.begin_read().map_err(|e| self.io(e))?;
+            let table = match r.open_table(def) {
+                Ok(t) => Some(t),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(self.io(e)),
+            };
+            readers.insert(name.clone(), table);
+        }
+        let Some(Some(t)) = readers.get(&name) else {
+            return Ok(None);
         };
         let v = t.get(key).map_err(|e| self.io(e))?;
         Ok(v.map(|g| g.value().to_vec()))
+    }
+
+    /// A write committed: readers opened before it would not see it.
+    fn forget_readers(&self) {
+        self.readers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Up to `limit` keys of `bucket` after `after` (exclusive), in byte order, with values.
@@ -184,7 +226,7 @@ impl StageStore {
         changes: &[Change<'_>],
         checkpoint: &Checkpoint,
     ) -> Result<(), StoreError> {
-        let w = self.db.begin_write().map_err(|e| self.io(e))?;
+        let w = self.begin_write()?;
         {
             let mut by_bucket: BTreeMap<&str, Vec<KeyChange<'_>>> = BTreeMap::new();
             for (b, k, v) in changes {
@@ -207,12 +249,14 @@ impl StageStore {
             t.insert(part_name(part).as_str(), cp.as_slice())
                 .map_err(|e| self.io(e))?;
         }
-        w.commit().map_err(|e| self.io(e))
+        w.commit().map_err(|e| self.io(e))?;
+        self.forget_readers();
+        Ok(())
     }
 
     /// Removes everything of partition `part` (its buckets' data and its checkpoint).
     pub fn wipe(&self, part: &PartitionKey, buckets: &[String]) -> Result<(), StoreError> {
-        let w = self.db.begin_write().map_err(|e| self.io(e))?;
+        let w = self.begin_write()?;
         for b in buckets {
             let name = table_name(b, part);
             let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
@@ -222,7 +266,9 @@ impl StageStore {
             let mut t = w.open_table(CHECKPOINTS).map_err(|e| self.io(e))?;
             t.remove(part_name(part).as_str()).map_err(|e| self.io(e))?;
         }
-        w.commit().map_err(|e| self.io(e))
+        w.commit().map_err(|e| self.io(e))?;
+        self.forget_readers();
+        Ok(())
     }
 
     /// Removes one bucket's data of partition `part` and its changelog position (the
@@ -234,7 +280,7 @@ impl StageStore {
         cp: &mut Checkpoint,
     ) -> Result<(), StoreError> {
         cp.changelog_next.remove(bucket);
-        let w = self.db.begin_write().map_err(|e| self.io(e))?;
+        let w = self.begin_write()?;
         let name = table_name(bucket, part);
         let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
         w.delete_table(def).map_err(|e| self.io(e))?;
@@ -244,7 +290,9 @@ impl StageStore {
             t.insert(part_name(part).as_str(), v.as_slice())
                 .map_err(|e| self.io(e))?;
         }
-        w.commit().map_err(|e| self.io(e))
+        w.commit().map_err(|e| self.io(e))?;
+        self.forget_readers();
+        Ok(())
     }
 
     /// The partitions that have a checkpoint.
@@ -261,5 +309,22 @@ impl StageStore {
             out.push(k.value().to_owned());
         }
         Ok(out)
+    }
+}
+
+impl Drop for StageStore {
+    /// Syncs what unsynced commits left (a cache of a changelog syncs only here).
+    fn drop(&mut self) {
+        if self.durable.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let synced = self
+            .db
+            .begin_write()
+            .map_err(|e| e.to_string())
+            .and_then(|w| w.commit().map_err(|e| e.to_string()));
+        if let Err(e) = synced {
+            tracing::warn!(stage = %self.stage, "state store not synced at close: {e}");
+        }
     }
 }
