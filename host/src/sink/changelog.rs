@@ -26,8 +26,9 @@ use crate::message::Lane;
 const RESTORE_STALL: Duration = Duration::from_secs(60);
 /// Longest a metadata request may take.
 const REQUEST: Duration = Duration::from_secs(30);
-/// How long a restore waits before it asks again whether the end it reached is the end.
-const END_CHECK: Duration = Duration::from_millis(25);
+/// How long a restore stays quiet at what looks like the end before it asks the broker again
+/// whether that is the end.
+const END_CHECK: Duration = Duration::from_millis(50);
 /// Longest a topic creation may take.
 const CREATE: Duration = Duration::from_secs(10);
 
@@ -328,38 +329,31 @@ impl Changelog for KafkaChangelog {
         if from > high {
             return Ok(high);
         }
-        // The end is the end once the broker says the same twice, a moment apart: a broker's
-        // end offset can lag behind records it has acknowledged (tansu 0.6's does), and a
+        // The end is the end once the broker says the same twice, a moment apart, and no
+        // record came in between: a broker's end offset can lag behind records it has
+        // acknowledged (tansu 0.6's does, and its end-of-partition events with it), and a
         // restore that stopped there would lose the last writes.
         let mut position = from.max(low);
-        let mut assigned = false;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(position))
+            .map_err(|e| e.to_string())?;
+        consumer.assign(&tpl).map_err(|e| e.to_string())?;
         let mut last_progress = Instant::now();
+        let mut quiet_since: Option<Instant> = (position >= high).then(Instant::now);
         loop {
-            if position >= high {
-                std::thread::sleep(END_CHECK);
-                let (_, again) = watermarks()?;
-                if again <= high {
-                    return Ok(high.max(position));
-                }
-                high = again;
-            }
-            if !assigned {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition_offset(topic, partition, Offset::Offset(position))
-                    .map_err(|e| e.to_string())?;
-                consumer.assign(&tpl).map_err(|e| e.to_string())?;
-                assigned = true;
-            }
-            match consumer.poll(Duration::from_millis(100)) {
+            match consumer.poll(Duration::from_millis(20)) {
                 Some(Ok(m)) => {
                     last_progress = Instant::now();
                     let key = m.key().map(String::from_utf8_lossy).unwrap_or_default();
                     apply(m.offset(), &key, m.payload());
                     position = m.offset() + 1;
+                    quiet_since = (position >= high).then(Instant::now);
                 }
-                // Past the last record: control records (transaction markers) may follow it,
-                // which a consumer never sees.
-                Some(Err(KafkaError::PartitionEOF(_))) => position = position.max(high),
+                // The end as the last fetch saw it (transaction markers, which a consumer
+                // never sees, may follow the last record).
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    quiet_since.get_or_insert_with(Instant::now);
+                }
                 Some(Err(e)) => {
                     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OffsetOutOfRange) {
                         return Err(format!("changelog `{topic}` partition {partition}: {e}"));
@@ -367,6 +361,14 @@ impl Changelog for KafkaChangelog {
                     tracing::warn!(topic, partition, "restoring: {e}");
                 }
                 None => {}
+            }
+            if quiet_since.is_some_and(|q| q.elapsed() >= END_CHECK) {
+                let (_, again) = watermarks()?;
+                if again <= high {
+                    return Ok(high.max(position));
+                }
+                high = again;
+                quiet_since = (position >= high).then(Instant::now);
             }
             if last_progress.elapsed() > RESTORE_STALL {
                 return Err(format!(
