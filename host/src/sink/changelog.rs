@@ -29,6 +29,8 @@ const REQUEST: Duration = Duration::from_secs(30);
 /// How long a restore stays quiet at what looks like the end before it asks the broker again
 /// whether that is the end.
 const END_CHECK: Duration = Duration::from_millis(50);
+/// How long a restore that found nothing to read waits before it asks for the end again.
+const EMPTY_CHECK: Duration = Duration::from_millis(10);
 /// Longest a topic creation may take.
 const CREATE: Duration = Duration::from_secs(10);
 
@@ -96,6 +98,9 @@ pub struct KafkaChangelog {
     writer: Writer,
     /// Restore consumers' settings.
     consumer: ClientConfig,
+    /// The restore consumer, made at the first restore and kept (a new one costs a bootstrap
+    /// connection and a metadata request: about 100 ms on the mock cluster).
+    restorer: std::sync::Mutex<Option<BaseConsumer<RestoreContext>>>,
 }
 
 impl KafkaChangelog {
@@ -137,7 +142,11 @@ impl KafkaChangelog {
                 Writer::Plain(producer)
             }
         };
-        Ok(KafkaChangelog { writer, consumer })
+        Ok(KafkaChangelog {
+            writer,
+            consumer,
+            restorer: std::sync::Mutex::new(None),
+        })
     }
 
     /// Creates the changelog topics that do not exist yet, compacted, with `partitions`
@@ -316,10 +325,31 @@ impl Changelog for KafkaChangelog {
         from: i64,
         apply: &mut super::ApplyRecord<'_>,
     ) -> Result<i64, String> {
-        let consumer: BaseConsumer<RestoreContext> = self
-            .consumer
-            .create_with_context(RestoreContext)
-            .map_err(|e| format!("changelog `{topic}`: {e}"))?;
+        let mut restorer = self.restorer.lock().unwrap_or_else(|p| p.into_inner());
+        if restorer.is_none() {
+            *restorer = Some(
+                self.consumer
+                    .create_with_context(RestoreContext)
+                    .map_err(|e| format!("changelog `{topic}`: {e}"))?,
+            );
+        }
+        let consumer = restorer.as_ref().expect("made above");
+        let restored = self.restore_with(consumer, topic, partition, from, apply);
+        // The next restore assigns its own partition.
+        let _ = consumer.unassign();
+        restored
+    }
+}
+
+impl KafkaChangelog {
+    fn restore_with(
+        &self,
+        consumer: &BaseConsumer<RestoreContext>,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        apply: &mut super::ApplyRecord<'_>,
+    ) -> Result<i64, String> {
         let watermarks = || {
             consumer
                 .fetch_watermarks(topic, partition, REQUEST)
@@ -328,6 +358,17 @@ impl Changelog for KafkaChangelog {
         let (low, mut high) = watermarks()?;
         if from > high {
             return Ok(high);
+        }
+        if from == high {
+            // Nothing after the checkpoint (a new or caught-up partition), unless the end
+            // offset lags: asked again a moment later (a short one: every partition of an
+            // assignment pays it, one after another).
+            std::thread::sleep(EMPTY_CHECK);
+            let (_, again) = watermarks()?;
+            if again == high {
+                return Ok(high);
+            }
+            high = again;
         }
         // The end is the end once the broker says the same twice, a moment apart, and no
         // record came in between: a broker's end offset can lag behind records it has
