@@ -94,6 +94,10 @@ fn state_batch(c: &mut Criterion) {
         let prepared = weir::runtime::prepare(&cfg).expect("stage loads");
         let mut chain = prepared.chain;
         let registry = chain.state();
+        if changelog {
+            // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
+            registry.set_cache_of_changelog();
+        }
         let weir::config::SourceConfig::Kafka(src) = &cfg.source else {
             unreachable!()
         };

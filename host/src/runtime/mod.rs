@@ -126,7 +126,7 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         sink: sink.clone(),
         rejects: rejects.clone(),
         done: done_tx,
-        changelog,
+        changelog: changelog.clone(),
     };
     let keep_originals = rejects.acknowledges_later();
     let state = chains
@@ -134,6 +134,11 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         .map(Chain::state)
         .filter(|s| !s.is_empty())
         .map(Arc::new);
+    if let (Some(s), Some(_)) = (&state, &changelog) {
+        // The stores are caches of their changelogs (synced at close, not per commit), and
+        // the stages' writes are copied for the changelog.
+        s.set_cache_of_changelog();
+    }
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
     let mut controls = Vec::new();
     let mut drivers = Vec::new();
@@ -202,8 +207,6 @@ fn changelog_for(
     let Some(state) = chains.first().map(Chain::state).filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
-    // The stores are caches of their changelogs from now on (synced at close, not per commit).
-    state.set_cache_of_changelog();
     let topics = state.changelog_topics();
     crate::sink::changelog::KafkaChangelog::ensure_topics(src, &topics)
         .map_err(StartError::Changelog)?;

@@ -44,14 +44,9 @@ impl ClientContext for ChangelogContext {
         crate::kafka::client::log(level, fac, msg);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        let heals = error.rdkafka_error_code().is_none_or(|c| {
-            crate::kafka::fatal::classify(c, reason)
-                .is_none_or(|k| k == crate::kafka::fatal::FailureKind::Runtime)
-        });
-        if !heals
-            && self
-                .fatal
-                .record("kafka changelog producer", &error, reason)
+        if self
+            .fatal
+            .record("kafka changelog producer", &error, reason)
         {
             tracing::error!("changelog producer: {error}: {reason}");
         } else {

@@ -225,11 +225,13 @@ impl PartitionState {
     }
 
     /// Ends the chain run in progress: its writes become pending (`keep`, also appended to
-    /// `changes` for the changelog) or are dropped.
+    /// `changes` when the stage has a changelog) or are dropped.
     pub fn finish_batch(&self, keep: bool, changes: &mut Vec<ChangeRecord>) {
         let mut g = self.lock();
         if keep {
-            changes.extend(g.batch.iter().map(|e| ChangeRecord {
+            // Copies for the changelog only when there is one (not for a local source).
+            let records = g.batch.iter().filter(|_| self.store.has_changelog());
+            changes.extend(records.map(|e| ChangeRecord {
                 topic: self.spec.changelogs[e.slot.0 as usize].clone(),
                 key: e.slot.1.clone(),
                 value: e.value.clone(),

@@ -119,6 +119,11 @@ impl StageStore {
             .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Whether the store is a cache of a changelog (the state's writes also go there).
+    pub fn has_changelog(&self) -> bool {
+        !self.durable.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
         let mut w = self.db.begin_write().map_err(|e| self.io(e))?;
         if !self.durable.load(std::sync::atomic::Ordering::Relaxed) {
