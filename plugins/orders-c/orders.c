@@ -4,11 +4,10 @@
  * the string `equals`, add the string field `tag` = `tag_value`, drop the others, and reject
  * input that has no value, is not JSON, or is not a JSON object.
  *
- * C has no JSON in its standard library, so this file carries a small strict RFC 8259 parser
- * (UTF-8 checked, no lone surrogates, depth-limited) that finds the top-level members without
- * building a tree. The kept value is the input's own text with the tag spliced in before the
- * closing brace: no re-serialization, and a duplicate key resolves to the last one, as in the
- * other languages' JSON libraries.
+ * C has no JSON in its standard library; the SDK's strict RFC 8259 scanner (weir_json_object)
+ * finds the top-level members without building a tree. The kept value is the input's own text
+ * with the tag spliced in before the closing brace: no re-serialization, and a duplicate key
+ * resolves to the last one, as in the other languages' JSON libraries.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,255 +28,33 @@ const char *weir_init(const weir_config *config) {
     return NULL;
 }
 
-/* ---- a strict JSON scanner ---------------------------------------------------------------- */
-
-enum { MAX_DEPTH = 128 };
-
-typedef struct scan {
-    const unsigned char *p, *end;
-} scan;
-
-static void ws(scan *s) {
-    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')) s->p++;
-}
-
-static int hex4(scan *s, unsigned *out) {
-    if (s->end - s->p < 4) return 0;
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned char c = s->p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= c - '0';
-        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-        else return 0;
-    }
-    s->p += 4;
-    *out = v;
-    return 1;
-}
-
-/* Appends code point `cp` as UTF-8 to `dst` (when not NULL) at `*n`. */
-static void put_utf8(char *dst, size_t *n, unsigned cp) {
-    char b[4];
-    size_t k;
-    if (cp < 0x80) { b[0] = (char)cp; k = 1; }
-    else if (cp < 0x800) { b[0] = (char)(0xC0 | cp >> 6); b[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
-    else if (cp < 0x10000) { b[0] = (char)(0xE0 | cp >> 12); b[1] = (char)(0x80 | (cp >> 6 & 0x3F)); b[2] = (char)(0x80 | (cp & 0x3F)); k = 3; }
-    else { b[0] = (char)(0xF0 | cp >> 18); b[1] = (char)(0x80 | (cp >> 12 & 0x3F)); b[2] = (char)(0x80 | (cp >> 6 & 0x3F)); b[3] = (char)(0x80 | (cp & 0x3F)); k = 4; }
-    if (dst) memcpy(dst + *n, b, k);
-    *n += k;
-}
-
-/* Length of the valid UTF-8 sequence at p (0 if invalid). */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end) {
-    unsigned char c = *p;
-    size_t k;
-    unsigned cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { k = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { k = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { k = 4; cp = c & 0x07; }
-    else return 0;
-    if ((size_t)(end - p) < k) return 0;
-    for (size_t i = 1; i < k; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3F);
-    }
-    if ((k == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return k;
-}
-
-/* Parses a string at s->p (the opening quote); decodes it into dst (may be NULL) of *n bytes. */
-static int string(scan *s, char *dst, size_t *n) {
-    *n = 0;
-    if (s->p >= s->end || *s->p != '"') return 0;
-    s->p++;
-    while (s->p < s->end) {
-        unsigned char c = *s->p;
-        if (c == '"') { s->p++; return 1; }
-        if (c < 0x20) return 0;
-        if (c == '\\') {
-            s->p++;
-            if (s->p >= s->end) return 0;
-            unsigned char e = *s->p++;
-            unsigned cp;
-            switch (e) {
-            case '"': case '\\': case '/': cp = e; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case 'u':
-                if (!hex4(s, &cp)) return 0;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return 0; /* lone low surrogate */
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    unsigned lo;
-                    if (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u') return 0;
-                    s->p += 2;
-                    if (!hex4(s, &lo) || lo < 0xDC00 || lo > 0xDFFF) return 0;
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                break;
-            default: return 0;
-            }
-            put_utf8(dst, n, cp);
-            continue;
-        }
-        size_t k = utf8_len(s->p, s->end);
-        if (!k) return 0;
-        if (dst) memcpy(dst + *n, s->p, k);
-        *n += k;
-        s->p += k;
-    }
-    return 0;
-}
-
-static int digits(scan *s) {
-    const unsigned char *start = s->p;
-    while (s->p < s->end && *s->p >= '0' && *s->p <= '9') s->p++;
-    return s->p > start;
-}
-
-static int number(scan *s) {
-    if (s->p < s->end && *s->p == '-') s->p++;
-    if (s->p < s->end && *s->p == '0') s->p++;
-    else if (!digits(s)) return 0;
-    if (s->p < s->end && *s->p == '.') { s->p++; if (!digits(s)) return 0; }
-    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
-        s->p++;
-        if (s->p < s->end && (*s->p == '+' || *s->p == '-')) s->p++;
-        if (!digits(s)) return 0;
-    }
-    return 1;
-}
-
-static int literal(scan *s, const char *word) {
-    size_t n = strlen(word);
-    if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0) return 0;
-    s->p += n;
-    return 1;
-}
-
-static int value(scan *s, int depth);
-
-static int container(scan *s, int depth, char open, char close) {
-    if (depth >= MAX_DEPTH) return 0;
-    s->p++; /* the opening bracket */
-    ws(s);
-    if (s->p < s->end && *s->p == close) { s->p++; return 1; }
-    for (;;) {
-        size_t n;
-        if (open == '{') {
-            if (!string(s, NULL, &n)) return 0;
-            ws(s);
-            if (s->p >= s->end || *s->p++ != ':') return 0;
-        }
-        if (!value(s, depth + 1)) return 0;
-        ws(s);
-        if (s->p >= s->end) return 0;
-        if (*s->p == ',') { s->p++; ws(s); continue; }
-        if (*s->p == close) { s->p++; return 1; }
-        return 0;
-    }
-}
-
-static int value(scan *s, int depth) {
-    size_t n;
-    ws(s);
-    if (s->p >= s->end) return 0;
-    switch (*s->p) {
-    case '{': return container(s, depth, '{', '}');
-    case '[': return container(s, depth, '[', ']');
-    case '"': return string(s, NULL, &n);
-    case 't': return literal(s, "true");
-    case 'f': return literal(s, "false");
-    case 'n': return literal(s, "null");
-    default: return number(s);
-    }
-}
-
 /* ---- the stage ------------------------------------------------------------------------------ */
 
-typedef enum { MALFORMED, NOT_OBJECT, MATCH, NO_MATCH } verdict;
+typedef struct match {
+    char *text; /* room for the document's length */
+    int matched;
+} match;
 
-/* Checks the whole document; for an object, whether the last `FIELD` member is the string
- * `EQUALS`, and where its closing brace is. */
-static verdict classify(const weir_bytes *v, size_t *close_at) {
-    scan s = {v->ptr, v->ptr + v->len};
-    ws(&s);
-    if (s.p >= s.end) return MALFORMED;
-    if (*s.p != '{') {
-        if (!value(&s, 0)) return MALFORMED;
-        ws(&s);
-        return s.p == s.end ? NOT_OBJECT : MALFORMED;
-    }
-    int matched = 0;
-    size_t field_len = strlen(FIELD), equals_len = strlen(EQUALS);
-    char *key = malloc(v->len + 1), *text = malloc(v->len + 1);
-    if (!key || !text) __builtin_trap();
-    s.p++;
-    ws(&s);
-    int ok = 1;
-    if (s.p < s.end && *s.p == '}') {
-        s.p++;
-    } else {
-        for (;;) {
-            size_t key_n, text_n;
-            if (!string(&s, key, &key_n)) { ok = 0; break; }
-            ws(&s);
-            if (s.p >= s.end || *s.p++ != ':') { ok = 0; break; }
-            ws(&s);
-            int is_field = key_n == field_len && memcmp(key, FIELD, key_n) == 0;
-            if (is_field && s.p < s.end && *s.p == '"') {
-                if (!string(&s, text, &text_n)) { ok = 0; break; }
-                matched = text_n == equals_len && memcmp(text, EQUALS, text_n) == 0;
-            } else {
-                if (!value(&s, 1)) { ok = 0; break; }
-                if (is_field) matched = 0;
-            }
-            ws(&s);
-            if (s.p >= s.end) { ok = 0; break; }
-            if (*s.p == ',') { s.p++; ws(&s); continue; }
-            if (*s.p == '}') { s.p++; break; }
-            ok = 0;
-            break;
-        }
-    }
-    free(key);
-    free(text);
-    if (!ok) return MALFORMED;
-    *close_at = (size_t)(s.p - v->ptr) - 1;
-    ws(&s);
-    if (s.p != s.end) return MALFORMED;
-    return matched ? MATCH : NO_MATCH;
-}
-
-/* Appends `text` as a JSON string literal. */
-static size_t quote(char *dst, const char *text) {
-    static const char hex[] = "0123456789abcdef";
-    size_t n = 0;
-    dst[n++] = '"';
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\') { dst[n++] = '\\'; dst[n++] = (char)*c; }
-        else if (*c < 0x20) { memcpy(dst + n, "\\u00", 4); n += 4; dst[n++] = hex[*c >> 4]; dst[n++] = hex[*c & 15]; }
-        else dst[n++] = (char)*c;
-    }
-    dst[n++] = '"';
-    return n;
+/* For each top-level member: whether it is `FIELD` with the string value `EQUALS` (the last
+ * `FIELD` member decides). */
+static void member(const weir_json_member *m, void *ctx) {
+    match *c = ctx;
+    if (m->key_len != strlen(FIELD) || memcmp(m->key, FIELD, m->key_len) != 0) return;
+    size_t n;
+    c->matched = weir_json_string(m->value, c->text, &n) && n == strlen(EQUALS) &&
+                 memcmp(c->text, EQUALS, n) == 0;
 }
 
 weir_outcome weir_process(const weir_message *msg) {
     if (!msg->value.ptr) return weir_reject("no value");
     size_t close_at = 0;
-    switch (classify(&msg->value, &close_at)) {
-    case MALFORMED: return weir_reject("malformed JSON");
-    case NOT_OBJECT: return weir_reject("not a JSON object");
-    case NO_MATCH: return weir_drop();
-    case MATCH: break;
-    }
+    match c = {malloc(msg->value.len + 1), 0};
+    if (!c.text) __builtin_trap();
+    weir_json_kind kind = weir_json_object(msg->value, member, &c, &close_at);
+    free(c.text);
+    if (kind == WEIR_JSON_MALFORMED) return weir_reject("malformed JSON");
+    if (kind == WEIR_JSON_OTHER) return weir_reject("not a JSON object");
+    if (!c.matched) return weir_drop();
     /* The object matched, so it has at least one member: splice `,"tag":"value"` before `}`. */
     size_t cap = msg->value.len + 2 + 6 * (strlen(TAG) + strlen(TAG_VALUE)) + 8;
     char *doc = malloc(cap);
@@ -285,9 +62,9 @@ weir_outcome weir_process(const weir_message *msg) {
     size_t n = close_at;
     memcpy(doc, msg->value.ptr, n);
     doc[n++] = ',';
-    n += quote(doc + n, TAG);
+    n += weir_json_quote(doc + n, TAG, strlen(TAG));
     doc[n++] = ':';
-    n += quote(doc + n, TAG_VALUE);
+    n += weir_json_quote(doc + n, TAG_VALUE, strlen(TAG_VALUE));
     memcpy(doc + n, msg->value.ptr + close_at, msg->value.len - close_at);
     n += msg->value.len - close_at;
     weir_out *out = weir_emit_copy(msg);

@@ -142,6 +142,81 @@ void weir_out_timestamp(weir_out *out, int64_t millis);
  */
 bool weir_utf8_valid(const void *ptr, size_t len);
 
+/* ---- JSON (strict RFC 8259; weir_json.c) ------------------------------------------------- */
+
+/** What a document is. */
+typedef enum weir_json_kind {
+    WEIR_JSON_MALFORMED = 0, /**< not one JSON text (bad syntax, invalid UTF-8, too deep) */
+    WEIR_JSON_OBJECT = 1,    /**< an object */
+    WEIR_JSON_OTHER = 2,     /**< valid JSON that is not an object */
+} weir_json_kind;
+
+/** One top-level member of an object: its key decoded (UTF-8, `key_len` bytes, not
+ *  NUL-terminated, valid during the callback) and its value's JSON text, unparsed. */
+typedef struct weir_json_member {
+    const char *key;
+    size_t key_len;
+    weir_bytes value;
+} weir_json_member;
+
+typedef void (*weir_json_each)(const weir_json_member *member, void *ctx);
+
+/**
+ * Checks that `doc` is exactly one JSON text (strict: UTF-8 checked, no lone surrogates,
+ * nesting up to 128 deep) and, when it is an object, calls `each` (may be NULL) with every
+ * top-level member in order (a duplicate key comes twice: the last one wins, as in the other
+ * languages' JSON libraries). `*close` (may be NULL) gets the offset of the object's closing
+ * brace, where a member can be spliced in.
+ */
+weir_json_kind weir_json_object(weir_bytes doc, weir_json_each each, void *ctx, size_t *close);
+/** Whether the JSON value text `v` is an integer (no fraction, no exponent) within int64. */
+bool weir_json_int(weir_bytes v, int64_t *out);
+/** Decodes the JSON string value text `v` into `dst` (room for `v.len` bytes); false when `v`
+ *  is not a string. */
+bool weir_json_string(weir_bytes v, char *dst, size_t *len);
+/** Writes `len` bytes of UTF-8 `text` as a JSON string literal into `dst` (room for
+ *  `6 * len + 2` bytes); returns the literal's length. */
+size_t weir_json_quote(char *dst, const char *text, size_t len);
+
+/* ---- State (docs/state.md; weir_state.c) --------------------------------------------------- */
+
+/**
+ * One of the stage's buckets, declared under `state.buckets` in the pipeline YAML. A bucket is
+ * per stage and per source partition: a message sees the writes of every message before it in
+ * its partition, and its writes are kept only when its outcome is delivered (`reject`
+ * included); a message that fails, traps or times out leaves none.
+ *
+ * These calls are the host's `wasi:keyvalue@0.2.0-draft2` (store and atomics) over byte
+ * strings; its batch calls are in the generated "stage_fast.h" (wasi_keyvalue_batch_*). Each
+ * returns true, or false with the reason in weir_state_error(). Keys are UTF-8, `key_len`
+ * bytes. State is open only while a message is processed (not in weir_init).
+ */
+typedef struct weir_bucket weir_bucket;
+
+/** Opens bucket `name` (later calls with the same name return the same bucket); NULL with the
+ *  reason in weir_state_error() (e.g. "access-denied: ..." when the YAML does not declare it). */
+weir_bucket *weir_bucket_open(const char *name);
+/** Why the last state call failed (valid until the next state call). */
+const char *weir_state_error(void);
+/** The value of `key`: `value->ptr == NULL` when it has none. The bytes are valid until the
+ *  next state call. */
+bool weir_state_get(weir_bucket *b, const char *key, size_t key_len, weir_bytes *value);
+/** The value of `key` as a number written by weir_state_increment/weir_state_set_i64 (8
+ *  little-endian bytes); `*found` false when it has none. */
+bool weir_state_get_i64(weir_bucket *b, const char *key, size_t key_len, bool *found, int64_t *value);
+/** Sets `key` (the bytes are copied). A value over `state.max_value` is an error. */
+bool weir_state_set(weir_bucket *b, const char *key, size_t key_len, const void *value, size_t len);
+/** Sets `key` to a number, as weir_state_increment stores it. */
+bool weir_state_set_i64(weir_bucket *b, const char *key, size_t key_len, int64_t value);
+/** Removes `key` (a tombstone in the changelog). */
+bool weir_state_delete(weir_bucket *b, const char *key, size_t key_len);
+/** Whether `key` has a value. */
+bool weir_state_exists(weir_bucket *b, const char *key, size_t key_len, bool *exists);
+/** Adds `delta` to the number at `key` (absent: 0); `*total` gets the sum (wrapping). */
+bool weir_state_increment(weir_bucket *b, const char *key, size_t key_len, int64_t delta, int64_t *total);
+/** Calls `each` with every key of the bucket in this partition, in order. */
+bool weir_state_keys(weir_bucket *b, void (*each)(const char *key, size_t key_len, void *ctx), void *ctx);
+
 /* ---- Logging into the host's logs, tagged with the stage's name --------------------------- */
 
 typedef enum weir_level {

@@ -425,3 +425,129 @@ fn all_four_languages_run_in_one_chain_on_kafka() {
     let committed = weir_tests::kafka::committed_total(&report);
     assert_eq!(committed, 35, "every offset committed: {report}");
 }
+
+/// The expected final total of each key of `tests/data/running-total.jsonl`, folded here from
+/// the input lines: a key that is a JSON string, a value that is a JSON object whose `amount`
+/// is an integer within i64 (serde_json keeps the last of duplicate members).
+fn expected_totals(lines: &[Value]) -> std::collections::BTreeMap<String, i64> {
+    let mut totals = std::collections::BTreeMap::new();
+    for line in lines {
+        let Some(key) = line["key"].as_str() else {
+            continue;
+        };
+        let doc: Option<Value> = match &line["value"] {
+            Value::String(text) => serde_json::from_str(text).ok(),
+            Value::Null => None,
+            other => Some(other.clone()),
+        };
+        if let Some(amount) = doc.as_ref().and_then(|d| d.get("amount")?.as_i64()) {
+            let t: &mut i64 = totals.entry(key.to_owned()).or_default();
+            *t = t.wrapping_add(amount);
+        }
+    }
+    totals
+}
+
+/// One language's running totals over the input in two runs (the second continues from the
+/// state the first left): every output's (key, total), the offsets of the rejects, and the
+/// final store as `weir state list` prints it (without the write times).
+fn run_running_total(
+    lang: &str,
+    halves: [&[Value]; 2],
+) -> (Vec<(String, i64)>, Vec<u64>, Vec<Value>) {
+    let s = scratch!();
+    let name = format!("running-total-{lang}");
+    let plugin = if lang == "rust" {
+        weir_tests::plugins::RUNNING_TOTAL.to_owned()
+    } else {
+        plugin(WEIR, &name)
+    };
+    s.write(
+        "p.yaml",
+        &format!(
+            "name: totals\nsource: {{ jsonl: {{ path: in.jsonl }} }}\nstages:\n  - name: total\n    plugin: {plugin}\n    state: {{ buckets: [totals] }}\nsink: {{ jsonl: {{ path: out.jsonl }} }}\nreject: {{ jsonl: {{ path: rejected.jsonl }} }}\nruntime:\n  report: report.json\n{}",
+            shared_cache_yaml()
+        ),
+    );
+    let (mut outputs, mut rejects) = (Vec::new(), Vec::new());
+    for (run, half) in halves.iter().enumerate() {
+        s.jsonl("in.jsonl", half);
+        let o = s.run(&["run", "p.yaml"]);
+        assert!(o.status.success(), "{lang}, run {run}: {}", stderr(&o));
+        for m in s.read_jsonl("out.jsonl") {
+            let v: Value = serde_json::from_str(m["value"].as_str().expect("text value"))
+                .unwrap_or_else(|e| panic!("{lang}: output value is not JSON ({e}): {m}"));
+            let total = v["total"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{lang}: no integer total in {m}"));
+            outputs.push((m["key"].as_str().expect("a text key").to_owned(), total));
+        }
+        for r in s.read_jsonl("rejected.jsonl") {
+            let reason = r["reject"]["reason"].as_str().unwrap_or_default();
+            assert!(
+                !reason.starts_with("trap") && !reason.starts_with("state"),
+                "{lang}: a reject that is not the stage's answer: {r}"
+            );
+            rejects.push(
+                run as u64 * 1_000_000 + r["reject"]["source"]["offset"].as_u64().expect("offset"),
+            );
+        }
+    }
+    let o = s.run(&[
+        "state", "list", "p.yaml", "--stage", "total", "--bucket", "totals",
+    ]);
+    assert!(
+        o.status.success(),
+        "{lang}: weir state list: {}",
+        stderr(&o)
+    );
+    let store = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).expect("a JSON line");
+            v.as_object_mut().expect("an object").remove("written_ms");
+            v
+        })
+        .collect();
+    (outputs, rejects, store)
+}
+
+#[test]
+fn the_running_total_stage_keeps_the_same_totals_in_rust_c_python_and_js() {
+    let lines = weir_tests::read_jsonl(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/running-total.jsonl"
+    )));
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let want = expected_totals(&lines);
+    assert!(want.len() >= 6, "the input covers several keys: {want:?}");
+    let (rust_out, rust_rejects, rust_store) = run_running_total("rust", [first, second]);
+    // What the job means, on the Rust stage: the last output of each key carries the key's
+    // fold of the input, the store holds the same, and the 11 lines without a key or an
+    // integer amount were rejected.
+    let mut last = std::collections::BTreeMap::new();
+    for (k, t) in &rust_out {
+        last.insert(k.clone(), *t);
+    }
+    assert_eq!(last, want, "rust: last total per key");
+    let store: std::collections::BTreeMap<String, i64> = rust_store
+        .iter()
+        .map(|v| {
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                v["int"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(store, want, "rust: the store after both runs");
+    assert_eq!(rust_rejects.len(), 11, "rust rejects: {rust_rejects:?}");
+    for lang in ["c", "python", "js"] {
+        let (out, rejects, store) = run_running_total(lang, [first, second]);
+        assert_eq!(out, rust_out, "{lang}: outputs differ from rust's");
+        assert_eq!(
+            rejects, rust_rejects,
+            "{lang}: rejected offsets differ from rust's"
+        );
+        assert_eq!(store, rust_store, "{lang}: the store differs from rust's");
+    }
+}
