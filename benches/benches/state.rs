@@ -33,6 +33,15 @@ const BATCH: usize = 256;
 const KEYS: usize = 100_000;
 const COMMIT_EVERY: u64 = 40;
 
+/// `WEIR_BENCH_STATE_KEYS` / `WEIR_BENCH_STATE_COMMIT_EVERY` override the key count and the
+/// commit interval (in batches) of `state_batch`, to take the cost apart.
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn yaml(dir: &std::path::Path, bootstrap: &str, state: bool) -> String {
     let stage = if state {
         "    config: { get_set: kv }\n    state: { buckets: [kv] }\n"
@@ -45,14 +54,14 @@ fn yaml(dir: &std::path::Path, bootstrap: &str, state: bool) -> String {
     )
 }
 
-fn batch(first: i64) -> Vec<Envelope> {
+fn batch(first: i64, keys: usize) -> Vec<Envelope> {
     (0..BATCH as i64)
         .map(|i| {
             let o = first + i;
             Envelope {
                 offset: o,
                 msg: Message {
-                    key: Some(format!("key-{:06}", o as usize % KEYS).into_bytes()),
+                    key: Some(format!("key-{:06}", o as usize % keys).into_bytes()),
                     value: Some(weir_benches::value(o as usize).into_bytes()),
                     headers: vec![Header {
                         key: "trace".into(),
@@ -77,6 +86,8 @@ fn state_batch(c: &mut Criterion) {
         partition: 0,
     };
     let key = PartitionKey::new("in", 0);
+    let keys = knob("WEIR_BENCH_STATE_KEYS", KEYS as u64) as usize;
+    let commit_every = knob("WEIR_BENCH_STATE_COMMIT_EVERY", COMMIT_EVERY);
     let mut g = c.benchmark_group("state_batch");
     g.throughput(Throughput::Elements(BATCH as u64));
     for (name, state, changelog) in [
@@ -94,15 +105,15 @@ fn state_batch(c: &mut Criterion) {
         let prepared = weir::runtime::prepare(&cfg).expect("stage loads");
         let mut chain = prepared.chain;
         let registry = chain.state();
-        if changelog {
-            // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
-            registry.set_cache_of_changelog();
-        }
         let weir::config::SourceConfig::Kafka(src) = &cfg.source else {
             unreachable!()
         };
         let log = changelog
             .then(|| KafkaChangelog::open(src, None, Default::default()).expect("producer"));
+        if let Some(log) = &log {
+            // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
+            registry.set_cache_of_changelog(log.acks());
+        }
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let mut next: i64 = 0;
         let mut batches = 0u64;
@@ -111,7 +122,7 @@ fn state_batch(c: &mut Criterion) {
                 || {
                     let first = next;
                     next += BATCH as i64;
-                    batch(first)
+                    batch(first, keys)
                 },
                 |input| {
                     let first = input[0].offset;
@@ -127,7 +138,7 @@ fn state_batch(c: &mut Criterion) {
                         log.write(&lane, &out.changes, &t);
                     }
                     batches += 1;
-                    if state && batches.is_multiple_of(COMMIT_EVERY) {
+                    if state && batches.is_multiple_of(commit_every) {
                         registry.commit(&key, first + BATCH as i64).expect("commit");
                     }
                     while done_rx.try_recv().is_ok() {}
@@ -176,6 +187,7 @@ fn state_restore(c: &mut Criterion) {
                     topic: spec.changelogs[0].clone(),
                     key: format!("key-{:06}", n % KEYS),
                     value: Some(weir::state::encode(0, weir_benches::value(n).as_bytes())),
+                    tag: n as i64,
                 }
             })
             .collect();

@@ -34,7 +34,8 @@ use weir_tests::plugins;
 /// A changelog record: key and value (none: a tombstone).
 type KeyValue = (String, Option<Vec<u8>>);
 /// A changelog record on its way: topic, partition, key, value.
-type Change = (String, i32, String, Option<Vec<u8>>);
+/// A changelog record: topic, partition, key, value and tag (the source offset it belongs to).
+type Change = (String, i32, String, Option<Vec<u8>>, i64);
 
 #[derive(Default)]
 struct World {
@@ -106,6 +107,10 @@ struct Shared {
     state: Mutex<Option<Arc<StageBuckets>>>,
     /// The run has a changelog (the fake one on this world).
     changelog: AtomicBool,
+    /// Where the fake changelog's records landed (reported as a producer's delivery would).
+    acks: Arc<weir::sink::ChangelogAcks>,
+    /// Changelog records handed to restores.
+    restored: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -119,6 +124,8 @@ impl Shared {
             stage: Mutex::new(None),
             state: Mutex::new(None),
             changelog: AtomicBool::new(false),
+            acks: Default::default(),
+            restored: Default::default(),
         })
     }
 
@@ -132,13 +139,14 @@ impl Shared {
         let changes = std::mem::take(&mut self.world().held_changes);
         let fail = self.fail_acks.load(Ordering::SeqCst);
         let eos = self.eos.load(Ordering::SeqCst);
-        for ((topic, partition, key, value), t) in changes {
+        for ((topic, partition, key, value, tag), t) in changes {
             if !fail && !eos {
                 let mut w = self.world();
-                w.changelog
-                    .entry((topic, partition))
-                    .or_default()
-                    .push((key, value));
+                let log = w.changelog.entry((topic.clone(), partition)).or_default();
+                log.push((key, value));
+                let offset = log.len() as i64 - 1;
+                drop(w);
+                self.acks.acked(&topic, partition, tag, offset);
             }
             t.settle(fail.then(|| "the fake broker refused it".to_owned()));
         }
@@ -347,8 +355,19 @@ impl FakeSource {
                 }
                 Step::Assign(keys) => {
                     for k in &keys {
-                        let txn = self.shared.world().txn.committed.get(k).copied();
-                        let from = self.committed.get(k).copied().or(txn).unwrap_or(0);
+                        // This run's commits, else the group's from an earlier run (at least
+                        // once), else the last transaction's (exactly once).
+                        let w = self.shared.world();
+                        let group = w.commits.iter().filter(|c| &c.0 == k).map(|c| c.1).max();
+                        let txn = w.txn.committed.get(k).copied();
+                        drop(w);
+                        let from = self
+                            .committed
+                            .get(k)
+                            .copied()
+                            .or(group)
+                            .or(txn)
+                            .unwrap_or(0);
                         self.owned.insert(k.clone(), from);
                     }
                     to.assigned(&keys);
@@ -633,11 +652,14 @@ impl Transactions for FakeTxns {
                 .push(format!("{key}: commit without a transaction"));
             return Ok(());
         };
-        for (topic, partition, k, v) in w.txn.open_changes.remove(key).unwrap_or_default() {
-            w.changelog
-                .entry((topic, partition))
-                .or_default()
-                .push((k, v));
+        for (topic, partition, k, v, tag) in w.txn.open_changes.remove(key).unwrap_or_default() {
+            let log = w.changelog.entry((topic.clone(), partition)).or_default();
+            log.push((k, v));
+            // (A real producer reports the offset before the commit; the driver applies the
+            // state after it, so reporting it here is the same to the store.)
+            self.shared
+                .acks
+                .acked(&topic, partition, tag, log.len() as i64 - 1);
         }
         for (k, reject) in records {
             if reject {
@@ -713,6 +735,7 @@ impl Changelog for FakeChangelog {
                         lane.partition,
                         r.key.clone(),
                         r.value.clone(),
+                        r.tag,
                     )),
                     None => w
                         .violations
@@ -725,6 +748,7 @@ impl Changelog for FakeChangelog {
                     lane.partition,
                     r.key.clone(),
                     r.value.clone(),
+                    r.tag,
                 ),
                 ticket.clone(),
             ));
@@ -750,9 +774,14 @@ impl Changelog for FakeChangelog {
             .cloned()
             .unwrap_or_default();
         for (o, (k, v)) in records.iter().enumerate().skip(from.max(0) as usize) {
+            self.shared.restored.fetch_add(1, Ordering::SeqCst);
             apply(o as i64, k, v.as_deref());
         }
         Ok(records.len() as i64)
+    }
+
+    fn acks(&self) -> &Arc<weir::sink::ChangelogAcks> {
+        &self.shared.acks
     }
 }
 
@@ -1689,6 +1718,86 @@ fn state_exactly_once_restores_from_the_changelog_after_a_revoke_and_after_the_s
             stored_counts(&b, k),
             fold(log),
             "{k}: restored from the changelog, then counted on"
+        );
+    }
+}
+
+#[test]
+fn state_the_changelog_checkpoint_follows_the_commits_so_a_restart_rereads_only_what_is_new() {
+    for eos in [false, true] {
+        let shared = Shared::new();
+        let dir = tempfile::tempdir().unwrap();
+        let run = |shared: &Arc<Shared>, script: Vec<Step>| {
+            let out = if eos {
+                run_eos(shared, 1, script)
+            } else {
+                run_on(shared, 1, 16, options(), script, None)
+            };
+            assert!(
+                out.controller.reached_end,
+                "eos {eos}: {:?}",
+                out.controller
+            );
+        };
+        with_state(&shared, dir.path(), true);
+        run(
+            &shared,
+            vec![
+                Step::Assign(vec![p(0)]),
+                Step::Append(p(0), with_rejects(300, &[7, 200])),
+                Step::Close(vec![p(0)]),
+            ],
+        );
+        let written = shared.world().changelog[&("t.m.counts.changelog".to_owned(), 0)].len();
+        let b = shared.state.lock().unwrap().clone().unwrap();
+        let cp = b.store().checkpoint(&p(0)).unwrap();
+        assert_eq!(
+            cp.changelog_next.get("counts").copied(),
+            Some(written as i64),
+            "eos {eos}: every record's write is in the store, so the checkpoint is after the last"
+        );
+        drop(b);
+        end_state(&shared);
+        // A restart on the same state dir reads only the records written since.
+        shared.restored.store(0, Ordering::SeqCst);
+        with_state(&shared, dir.path(), true);
+        run(
+            &shared,
+            vec![
+                Step::Assign(vec![p(0)]),
+                Step::Append(p(0), oks(40)),
+                Step::Close(vec![p(0)]),
+            ],
+        );
+        assert_eq!(
+            shared.restored.load(Ordering::SeqCst),
+            0,
+            "eos {eos}: the restart re-read records its store already had"
+        );
+        let logs = shared.world().logs.clone();
+        let b = shared.state.lock().unwrap().clone().unwrap();
+        assert_eq!(stored_counts(&b, &p(0)), fold(&logs[&p(0)]), "eos {eos}");
+        drop(b);
+        end_state(&shared);
+        // A wiped state dir reads all of it, and comes to the same counts.
+        shared.restored.store(0, Ordering::SeqCst);
+        let wiped = tempfile::tempdir().unwrap();
+        with_state(&shared, wiped.path(), true);
+        run(
+            &shared,
+            vec![Step::Assign(vec![p(0)]), Step::Close(vec![p(0)])],
+        );
+        let all = shared.world().changelog[&("t.m.counts.changelog".to_owned(), 0)].len();
+        assert_eq!(
+            shared.restored.load(Ordering::SeqCst),
+            all as u64,
+            "eos {eos}"
+        );
+        let b = shared.state.lock().unwrap().clone().unwrap();
+        assert_eq!(
+            stored_counts(&b, &p(0)),
+            fold(&logs[&p(0)]),
+            "eos {eos}: wiped"
         );
     }
 }

@@ -5,7 +5,6 @@
 //! trap drops the store and with it the call's writes. Reads see the call's own writes
 //! first, then the partition's.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker, Resource};
@@ -13,7 +12,7 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use super::bindings::wasi::keyvalue::{atomics, batch, store};
 use super::bindings::{KeyResponse, KvError};
 use super::StageState;
-use crate::state::log::Slot;
+use crate::state::log::{Slot, SlotMap};
 use crate::state::{encode, now_ms, PartitionState, StateSpec};
 
 /// The host's side of a guest `bucket`: which of the stage's buckets.
@@ -38,7 +37,7 @@ pub struct Kv {
     part: Option<Arc<PartitionState>>,
     /// Writes of the call in progress, in order, and the latest of each key.
     writes: Vec<(Slot, Option<Vec<u8>>)>,
-    latest: HashMap<Slot, usize>,
+    latest: SlotMap<usize>,
     /// Shadow candidate: writes stay in `writes` and are dropped after each call.
     throwaway: bool,
 }
@@ -96,16 +95,15 @@ impl Kv {
         })
     }
 
-    fn get(&self, bucket: u16, key: &str) -> Result<Option<Vec<u8>>, KvError> {
-        let slot = (bucket, key.to_owned());
-        if let Some(&i) = self.latest.get(&slot) {
+    fn get(&self, slot: &Slot) -> Result<Option<Vec<u8>>, KvError> {
+        if let Some(&i) = self.latest.get(slot) {
             return Ok(self.writes[i]
                 .1
                 .as_deref()
                 .map(|v| crate::state::decode(v).1.to_vec()));
         }
         self.part()?
-            .get(&slot)
+            .get(slot)
             .map_err(|e| KvError::Other(e.to_string()))
     }
 
@@ -158,8 +156,8 @@ impl store::Host for StageState {
 
 impl store::HostBucket for StageState {
     fn get(&mut self, b: Resource<BucketHandle>, key: String) -> Result<Option<Vec<u8>>, KvError> {
-        let bucket = bucket_of(self, &b)?;
-        self.kv.get(bucket, &key)
+        let slot = (bucket_of(self, &b)?, key);
+        self.kv.get(&slot)
     }
 
     fn set(
@@ -178,8 +176,8 @@ impl store::HostBucket for StageState {
     }
 
     fn exists(&mut self, b: Resource<BucketHandle>, key: String) -> Result<bool, KvError> {
-        let bucket = bucket_of(self, &b)?;
-        Ok(self.kv.get(bucket, &key)?.is_some())
+        let slot = (bucket_of(self, &b)?, key);
+        Ok(self.kv.get(&slot)?.is_some())
     }
 
     fn list_keys(
@@ -234,18 +232,19 @@ impl atomics::Host for StageState {
         key: String,
         delta: i64,
     ) -> Result<i64, KvError> {
-        let bucket = bucket_of(self, &b)?;
-        let now = match self.kv.get(bucket, &key)? {
+        let slot = (bucket_of(self, &b)?, key);
+        let now = match self.kv.get(&slot)? {
             None => 0,
             Some(v) => i64::from_le_bytes(v.as_slice().try_into().map_err(|_| {
                 KvError::Other(format!(
-                    "key {key:?} holds {} bytes, not a number (increment stores 8 little-endian bytes)",
+                    "key {:?} holds {} bytes, not a number (increment stores 8 little-endian bytes)",
+                    slot.1,
                     v.len()
                 ))
             })?),
         };
         let sum = now.wrapping_add(delta);
-        self.kv.put(bucket, key, Some(&sum.to_le_bytes()))?;
+        self.kv.put(slot.0, slot.1, Some(&sum.to_le_bytes()))?;
         Ok(sum)
     }
 
@@ -254,23 +253,21 @@ impl atomics::Host for StageState {
             .table()
             .delete(cas)
             .map_err(|e| atomics::CasError::StoreError(KvError::Other(e.to_string())))?;
-        let now = self
-            .kv
-            .get(h.bucket, &h.key)
-            .map_err(atomics::CasError::StoreError)?;
+        let slot = (h.bucket, h.key);
+        let now = self.kv.get(&slot).map_err(atomics::CasError::StoreError)?;
         if now != h.seen {
             let fresh = self
                 .table()
                 .push(CasHandle {
-                    bucket: h.bucket,
-                    key: h.key,
+                    bucket: slot.0,
+                    key: slot.1,
                     seen: now.clone(),
                 })
                 .map_err(|e| atomics::CasError::StoreError(KvError::Other(e.to_string())))?;
             return Err(atomics::CasError::CasFailed((fresh, now)));
         }
         self.kv
-            .put(h.bucket, h.key, Some(&value))
+            .put(slot.0, slot.1, Some(&value))
             .map_err(atomics::CasError::StoreError)
     }
 }
@@ -289,13 +286,13 @@ impl atomics::HostCas for StageState {
         b: Resource<BucketHandle>,
         key: String,
     ) -> Result<(Resource<CasHandle>, Option<Vec<u8>>), KvError> {
-        let bucket = bucket_of(self, &b)?;
-        let seen = self.kv.get(bucket, &key)?;
+        let slot = (bucket_of(self, &b)?, key);
+        let seen = self.kv.get(&slot)?;
         let h = self
             .table()
             .push(CasHandle {
-                bucket,
-                key,
+                bucket: slot.0,
+                key: slot.1,
                 seen: seen.clone(),
             })
             .map_err(|e| KvError::Other(e.to_string()))?;
@@ -317,8 +314,9 @@ impl batch::Host for StageState {
         let bucket = bucket_of(self, &b)?;
         keys.into_iter()
             .map(|k| {
-                let v = self.kv.get(bucket, &k)?;
-                Ok((k, v))
+                let slot = (bucket, k);
+                let v = self.kv.get(&slot)?;
+                Ok((slot.1, v))
             })
             .collect()
     }

@@ -134,10 +134,11 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         .map(Chain::state)
         .filter(|s| !s.is_empty())
         .map(Arc::new);
-    if let (Some(s), Some(_)) = (&state, &changelog) {
-        // The stores are caches of their changelogs (synced at close, not per commit), and
-        // the stages' writes are copied for the changelog.
-        s.set_cache_of_changelog();
+    if let (Some(s), Some(log)) = (&state, &changelog) {
+        // The stores are caches of their changelogs (synced at close, not per commit; the
+        // checkpoints follow the acknowledged records), and the stages' writes are copied for
+        // the changelog.
+        s.set_cache_of_changelog(log.acks());
     }
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
     let mut controls = Vec::new();

@@ -17,6 +17,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use super::transactional::KafkaTransactions;
+use super::ChangelogAcks;
 use super::{ChangeRecord, Changelog, SinkError, Ticket};
 use crate::config::KafkaSource;
 use crate::kafka::fatal::FatalSlot;
@@ -34,9 +35,10 @@ const EMPTY_CHECK: Duration = Duration::from_millis(10);
 /// Longest a topic creation may take.
 const CREATE: Duration = Duration::from_secs(10);
 
-/// Settles the batch tickets of changelog records.
+/// Settles the batch tickets of changelog records and notes where each landed.
 pub struct ChangelogContext {
     fatal: Arc<FatalSlot>,
+    acks: Arc<ChangelogAcks>,
 }
 
 impl ClientContext for ChangelogContext {
@@ -56,11 +58,16 @@ impl ClientContext for ChangelogContext {
 }
 
 impl ProducerContext for ChangelogContext {
-    type DeliveryOpaque = Arc<Ticket>;
+    /// The batch's ticket and the record's tag (the source offset its write belongs to).
+    type DeliveryOpaque = Box<(Arc<Ticket>, i64)>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, ticket: Arc<Ticket>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, d: Box<(Arc<Ticket>, i64)>) {
+        let (ticket, tag) = *d;
         match result {
-            Ok(_) => ticket.settle(None),
+            Ok(m) => {
+                self.acks.acked(m.topic(), m.partition(), tag, m.offset());
+                ticket.settle(None)
+            }
             Err((e, _)) => ticket.settle(Some(format!("changelog record not delivered: {e}"))),
         }
     }
@@ -91,6 +98,7 @@ enum Writer {
 /// The changelogs of a pipeline's stateful stages on its source's cluster.
 pub struct KafkaChangelog {
     writer: Writer,
+    acks: Arc<ChangelogAcks>,
     /// Restore consumers' settings.
     consumer: ClientConfig,
     /// The restore consumer, made at the first restore and kept (a new one costs a bootstrap
@@ -123,22 +131,29 @@ impl KafkaChangelog {
         // librdkafka's assign needs a group id; the restore consumer never joins or commits.
         consumer.set("group.id", format!("{}.weir-restore", src.group));
         consumer.remove("partition.assignment.strategy");
+        let acks = Arc::new(ChangelogAcks::default());
         let writer = match txns {
             Some(t) => Writer::Transactional(t),
             None => {
                 let mut p = producer_settings(src);
                 p.set("acks", "all").set("enable.idempotence", "true");
+                let context = ChangelogContext {
+                    fatal,
+                    acks: acks.clone(),
+                };
                 let producer =
-                    ThreadedProducer::from_config_and_context(&p, ChangelogContext { fatal })
-                        .map_err(|source| SinkError::Kafka {
+                    ThreadedProducer::from_config_and_context(&p, context).map_err(|source| {
+                        SinkError::Kafka {
                             topic: "changelog".into(),
                             source,
-                        })?;
+                        }
+                    })?;
                 Writer::Plain(producer)
             }
         };
         Ok(KafkaChangelog {
             writer,
+            acks,
             consumer,
             restorer: std::sync::Mutex::new(None),
         })
@@ -302,15 +317,20 @@ fn producer_settings(src: &KafkaSource) -> ClientConfig {
 impl Changelog for KafkaChangelog {
     fn write(&self, lane: &Lane, records: &[ChangeRecord], ticket: &Arc<Ticket>) {
         match &self.writer {
-            Writer::Transactional(t) => t.write_changes(lane, records, ticket),
+            Writer::Transactional(t) => t.write_changes(lane, records, ticket, &self.acks),
             Writer::Plain(p) => {
                 for r in records {
-                    if let Err(why) = send_change(p, lane.partition, r, ticket.clone()) {
+                    let d = Box::new((ticket.clone(), r.tag));
+                    if let Err(why) = send_change(p, lane.partition, r, d) {
                         ticket.settle(Some(why));
                     }
                 }
             }
         }
+    }
+
+    fn acks(&self) -> &Arc<ChangelogAcks> {
+        &self.acks
     }
 
     fn restore(

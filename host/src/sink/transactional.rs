@@ -42,6 +42,8 @@ pub struct TxnDelivery {
     ticket: Arc<Ticket>,
     /// None: a stage's changelog record.
     role: Option<Role>,
+    /// A changelog record: where to note its offset, and its tag.
+    change: Option<(Arc<super::ChangelogAcks>, i64)>,
 }
 
 /// Acknowledged records per destination.
@@ -96,10 +98,14 @@ impl ProducerContext for TxnContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, d: Box<TxnDelivery>) {
         match result {
-            Ok(_) => {
+            Ok(m) => {
                 if let Some(role) = d.role {
                     self.acked.of(role).fetch_add(1, Ordering::Relaxed);
                     self.produced[role as usize].inc();
+                }
+                if let Some((acks, tag)) = &d.change {
+                    use rdkafka::Message as _;
+                    acks.acked(m.topic(), m.partition(), *tag, m.offset());
                 }
                 d.ticket.settle(None);
             }
@@ -169,6 +175,7 @@ impl KafkaTransactions {
         lane: &Lane,
         records: &[super::ChangeRecord],
         ticket: &Arc<Ticket>,
+        acks: &Arc<super::ChangelogAcks>,
     ) {
         let key = PartitionKey {
             topic: lane.topic.clone(),
@@ -183,6 +190,7 @@ impl KafkaTransactions {
             let d = Box::new(TxnDelivery {
                 ticket: ticket.clone(),
                 role: None,
+                change: Some((acks.clone(), r.tag)),
             });
             if let Err(why) = super::changelog::send_change(producer, lane.partition, r, d) {
                 ticket.settle(Some(why));
@@ -403,6 +411,7 @@ impl Sink for TxnSink {
             let d = Box::new(TxnDelivery {
                 ticket,
                 role: Some(self.role),
+                change: None,
             });
             if let Err((d, why)) = send(producer, to, msg, headers, d) {
                 d.ticket.settle(Some(why));

@@ -6,6 +6,11 @@ use std::collections::{HashMap, VecDeque};
 /// A bucket (its index in the stage's `state.buckets`) and a key.
 pub type Slot = (u16, String);
 
+/// A map keyed by [`Slot`] with foldhash (randomly seeded per map: fast on short keys, and
+/// keys chosen by whoever writes the input cannot be aimed at a known seed), not SipHash: the
+/// state path hashes a slot several times per message.
+pub type SlotMap<V> = HashMap<Slot, V, foldhash::fast::RandomState>;
+
 /// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -23,7 +28,7 @@ pub struct Log {
     entries: VecDeque<Entry>,
     /// Sequence number of `entries[0]`.
     base: u64,
-    latest: HashMap<Slot, u64>,
+    latest: SlotMap<u64>,
 }
 
 impl Log {

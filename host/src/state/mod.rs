@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use self::log::{Entry, Log, Slot};
+use self::log::{Entry, Log, Slot, SlotMap};
 pub use self::store::{Checkpoint, StageStore, StoreError};
 use crate::config::{PipelineConfig, StageConfig};
 use crate::sink::{ChangeRecord, Changelog};
@@ -125,7 +125,7 @@ struct Inner {
     /// Writes of runs whose outcomes went out, not yet committed.
     pending: Log,
     /// Store values read (none: absent in the store).
-    cache: HashMap<Slot, Option<Vec<u8>>>,
+    cache: SlotMap<Option<Vec<u8>>>,
     checkpoint: Checkpoint,
 }
 
@@ -235,6 +235,7 @@ impl PartitionState {
                 topic: self.spec.changelogs[e.slot.0 as usize].clone(),
                 key: e.slot.1.clone(),
                 value: e.value.clone(),
+                tag: e.tag,
             }));
             let Inner { batch, pending, .. } = &mut *g;
             pending.append(batch);
@@ -338,6 +339,16 @@ impl PartitionState {
             .collect();
         let mut cp = g.checkpoint.clone();
         cp.source_next = Some(next);
+        if let Some(acks) = self.store.changelog_acks() {
+            // Every write below `next` is applied now, so the changelog records of those
+            // writes need not be read again at a restart.
+            for (bucket, topic) in self.spec.buckets.iter().zip(&self.spec.changelogs) {
+                if let Some(after) = acks.settled_below(topic, self.key.partition, next) {
+                    let at = cp.changelog_next.entry(bucket.clone()).or_insert(after);
+                    *at = (*at).max(after);
+                }
+            }
+        }
         self.store.apply(&self.key, &changes, &cp)?;
         g.checkpoint = cp;
         for e in entries {
@@ -391,6 +402,11 @@ impl StageBuckets {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        if let Some(acks) = self.store.changelog_acks() {
+            for topic in &self.spec.changelogs {
+                acks.forget(topic, key.partition);
+            }
+        }
     }
 
     fn owned(&self, key: &PartitionKey) -> Option<Arc<PartitionState>> {
@@ -464,10 +480,11 @@ impl StateRegistry {
         StateRegistry { stages }
     }
 
-    /// The stores are caches of changelogs: their commits need not be synced one by one.
-    pub fn set_cache_of_changelog(&self) {
+    /// The stores are caches of changelogs whose acknowledged records are noted in `acks`:
+    /// their commits need not be synced one by one, and they move the changelog checkpoints.
+    pub fn set_cache_of_changelog(&self, acks: &Arc<crate::sink::ChangelogAcks>) {
         for s in &self.stages {
-            s.store.set_cache_of_changelog();
+            s.store.set_cache_of_changelog(acks.clone());
         }
     }
 

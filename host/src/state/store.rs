@@ -74,6 +74,8 @@ pub struct StageStore {
     /// needs no sync per commit: after a crash it has an older consistent state (data and
     /// checkpoint together) and the restore catches it up. It is synced when dropped.
     durable: std::sync::atomic::AtomicBool,
+    /// Where the changelog's records landed (when the store is a cache of one).
+    acks: std::sync::OnceLock<std::sync::Arc<crate::sink::ChangelogAcks>>,
 }
 
 fn table_name(bucket: &str, key: &PartitionKey) -> String {
@@ -110,13 +112,21 @@ impl StageStore {
             path,
             readers: Default::default(),
             durable: std::sync::atomic::AtomicBool::new(true),
+            acks: Default::default(),
         })
     }
 
-    /// The store is a cache of a changelog: commits are not synced one by one.
-    pub fn set_cache_of_changelog(&self) {
+    /// The store is a cache of a changelog whose acknowledged records are noted in `acks`:
+    /// commits are not synced one by one, and they move the changelog checkpoint.
+    pub fn set_cache_of_changelog(&self, acks: std::sync::Arc<crate::sink::ChangelogAcks>) {
         self.durable
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.acks.set(acks);
+    }
+
+    /// Where the changelog's acknowledged records landed (a cache of a changelog only).
+    pub fn changelog_acks(&self) -> Option<&std::sync::Arc<crate::sink::ChangelogAcks>> {
+        self.acks.get()
     }
 
     /// Whether the store is a cache of a changelog (the state's writes also go there).

@@ -68,7 +68,7 @@ impl std::error::Error for Error {}
 /// One of the stage's buckets.
 pub struct Bucket {
     #[cfg(target_arch = "wasm32")]
-    inner: host::Bucket,
+    inner: std::rc::Rc<host::Bucket>,
     #[cfg(not(target_arch = "wasm32"))]
     name: String,
 }
@@ -80,10 +80,11 @@ impl std::fmt::Debug for Bucket {
 }
 
 impl Bucket {
-    /// Opens the bucket `name` (declared under the stage's `state.buckets`).
+    /// Opens the bucket `name` (declared under the stage's `state.buckets`). The instance keeps
+    /// the host's handle: opening on every message costs no host call after the first.
     pub fn open(name: &str) -> Result<Bucket, Error> {
         #[cfg(target_arch = "wasm32")]
-        return host::open(name).map(|inner| Bucket { inner });
+        return host::open_cached(name).map(|inner| Bucket { inner });
         #[cfg(not(target_arch = "wasm32"))]
         return Ok(Bucket {
             name: name.to_owned(),
@@ -235,8 +236,22 @@ mod host {
     pub use batch::{delete_many, get_many, set_many};
     pub use store::{open as open_raw, Bucket};
 
-    pub fn open(name: &str) -> Result<Bucket, super::Error> {
-        open_raw(name).map_err(error)
+    thread_local! {
+        /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
+        /// here, not two host calls (open and drop).
+        static OPEN: std::cell::RefCell<Vec<(String, std::rc::Rc<Bucket>)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    pub fn open_cached(name: &str) -> Result<std::rc::Rc<Bucket>, super::Error> {
+        if let Some(b) =
+            OPEN.with_borrow(|o| o.iter().find(|(n, _)| n == name).map(|(_, b)| b.clone()))
+        {
+            return Ok(b);
+        }
+        let b = std::rc::Rc::new(open_raw(name).map_err(error)?);
+        OPEN.with_borrow_mut(|o| o.push((name.to_owned(), b.clone())));
+        Ok(b)
     }
 
     pub fn error(e: store::Error) -> super::Error {
