@@ -262,6 +262,15 @@ impl Chain {
         if parts.is_empty() {
             return self.run_once(lane, batch);
         }
+        if let Some(first) = batch.first() {
+            for p in &parts {
+                // Values past the TTL: deletes that ride with this run's writes.
+                p.expire(first.offset).map_err(|e| InstanceError::State {
+                    stage: p.spec().stage.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
+        }
         let mut input = batch.clone();
         let mut out = self.run_once(lane, batch)?;
         while let Some(failure) = out.failure.take() {

@@ -559,3 +559,58 @@ fn a_shadow_candidate_reads_the_live_state_and_its_writes_are_never_kept() {
         "the candidate ran in shadow: {report}"
     );
 }
+
+#[test]
+fn values_past_the_ttl_are_deleted_from_the_store_not_only_hidden() {
+    let s = scratch!();
+    let first: Vec<Value> = (0..200)
+        .map(|i| json!({"key": format!("k{i:03}"), "value": {"amount": i}}))
+        .collect();
+    s.jsonl("in.jsonl", &first);
+    jsonl_pipeline(
+        &s,
+        &stateful(
+            "total",
+            RUNNING_TOTAL,
+            "{ buckets: [totals], ttl: 1s }",
+            &[],
+        ),
+    );
+    run_ok(&s);
+    let listed = |s: &Scratch| -> Vec<String> {
+        let out = s.run(&["state", "list", "p.yaml", "--stage", "total"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).expect("a JSON line");
+                v["key"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(listed(&s).len(), 200, "the first run's keys are stored");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // A second run after the TTL: its first chain run sweeps the store.
+    s.jsonl(
+        "in.jsonl",
+        &[
+            json!({"key": "new", "value": {"amount": 7}}),
+            json!({"key": "k005", "value": {"amount": 1}}),
+        ],
+    );
+    run_ok(&s);
+    assert_eq!(
+        totals(&s.read_jsonl("out.jsonl")),
+        [("new".into(), 7), ("k005".into(), 1)],
+        "an expired total starts again"
+    );
+    assert_eq!(
+        listed(&s),
+        ["k005", "new"],
+        "the expired keys are gone from the store"
+    );
+}

@@ -354,7 +354,11 @@ mod tests {
         }
         acks.acked("c", 1, 1, 99);
         assert_eq!(acks.settled_below(&t, 0, 1), None, "nothing below 1");
-        assert_eq!(acks.settled_below(&t, 0, 4), Some(13), "after offset 12 (tags 1, 1, 3)");
+        assert_eq!(
+            acks.settled_below(&t, 0, 4),
+            Some(13),
+            "after offset 12 (tags 1, 1, 3)"
+        );
         // Tag 4 was acknowledged after tag 5: commit 5 stops at tag 5, holding 4 back.
         assert_eq!(acks.settled_below(&t, 0, 5), None);
         assert_eq!(acks.settled_below(&t, 0, 7), Some(16));

@@ -75,6 +75,8 @@ pub fn changelog_topic(pipeline: &str, stage: &str, bucket: &str) -> String {
 
 /// Changelog records applied to a store per transaction while restoring.
 const RESTORE_CHUNK: usize = 10_000;
+/// Keys a TTL sweep looks at per bucket and chain run.
+const EXPIRE_PAGE: usize = 256;
 
 /// What a restore did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -127,6 +129,10 @@ struct Inner {
     /// Store values read (none: absent in the store).
     cache: SlotMap<Option<Vec<u8>>>,
     checkpoint: Checkpoint,
+    /// The TTL sweep: per bucket, the last key looked at (none: the sweep is at the start),
+    /// and when the next sweep may start.
+    expire_after: BTreeMap<u16, String>,
+    next_sweep: Option<std::time::Instant>,
 }
 
 impl PartitionState {
@@ -157,6 +163,58 @@ impl PartitionState {
         }
         g.cache.insert(slot.clone(), v);
         Ok(out)
+    }
+
+    /// Deletes, tagged `tag`, of the values past the stage's TTL among the next keys of the
+    /// store's sweep ([`EXPIRE_PAGE`] per bucket); returns how many. A sweep goes over every
+    /// key a page per chain run, then waits a quarter of the TTL (1 s to 60 s) before the
+    /// next. The deletes travel as the stage's writes do (changelog tombstones, the store at
+    /// the commit): a read hides an expired value already, so whether they are kept or
+    /// dropped with a failed run changes nothing a stage sees; they only free the space.
+    pub fn expire(&self, tag: i64) -> Result<usize, StoreError> {
+        let Some(ttl) = self.spec.ttl else {
+            return Ok(0);
+        };
+        let mut g = self.lock();
+        let now = std::time::Instant::now();
+        if g.expire_after.is_empty() && g.next_sweep.is_some_and(|t| now < t) {
+            return Ok(0);
+        }
+        let cutoff = now_ms().saturating_sub(ttl.as_millis() as i64);
+        let mut expired = 0;
+        for (b, bucket) in self.spec.buckets.iter().enumerate() {
+            let b = b as u16;
+            let after = g.expire_after.remove(&b);
+            let page = self
+                .store
+                .scan(&self.key, bucket, after.as_deref(), EXPIRE_PAGE)?;
+            if page.len() == EXPIRE_PAGE {
+                let last = page.last().map(|(k, _)| k.clone()).expect("a full page");
+                g.expire_after.insert(b, last);
+            }
+            for (key, stored) in page {
+                let slot = (b, key);
+                // A newer write in the logs is what a read sees.
+                let written = match g.batch.get(&slot).or_else(|| g.pending.get(&slot)) {
+                    Some(Some(v)) => decode(v).0,
+                    Some(None) => continue,
+                    None => decode(&stored).0,
+                };
+                if written < cutoff {
+                    g.batch.push(Entry {
+                        tag,
+                        slot,
+                        value: None,
+                    });
+                    expired += 1;
+                }
+            }
+        }
+        if g.expire_after.is_empty() {
+            let wait = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+            g.next_sweep = Some(now + wait);
+        }
+        Ok(expired)
     }
 
     /// The stage's bytes of an encoded value, unless it outlived the TTL.
