@@ -228,8 +228,11 @@ pub struct ChangeRecord {
 /// changelog topic and partition, `(tag, offset)` in acknowledgement order.
 #[derive(Debug, Default)]
 pub struct ChangelogAcks {
-    acked: Mutex<HashMap<(Arc<str>, i32), std::collections::VecDeque<(i64, i64)>>>,
+    acked: Mutex<HashMap<(Arc<str>, i32), AckQueue>>,
 }
+
+/// `(tag, offset)` of acknowledged records, in acknowledgement order.
+type AckQueue = std::collections::VecDeque<(i64, i64)>;
 
 impl ChangelogAcks {
     /// A record of the write tagged `tag` is at `offset` of `topic`'s `partition`.
