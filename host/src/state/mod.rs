@@ -77,6 +77,10 @@ pub fn changelog_topic(pipeline: &str, stage: &str, bucket: &str) -> String {
 const RESTORE_CHUNK: usize = 10_000;
 /// Keys a TTL sweep looks at per bucket and chain run.
 const EXPIRE_PAGE: usize = 256;
+/// A store backed by a changelog takes the committed writes at most this often...
+const FLUSH_EVERY: Duration = Duration::from_secs(5);
+/// ... or when this many writes wait in memory (committed or not).
+const FLUSH_WRITES: usize = 200_000;
 
 /// What a restore did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -133,6 +137,25 @@ struct Inner {
     /// and when the next sweep may start.
     expire_after: BTreeMap<u16, String>,
     next_sweep: Option<std::time::Instant>,
+    /// When the store last took the committed writes (none: not yet).
+    flushed: Option<std::time::Instant>,
+    /// A commit came since the store last took the committed writes.
+    dirty: bool,
+}
+
+impl Drop for PartitionState {
+    /// The process ends (or the partition left): what was committed goes to the store.
+    fn drop(&mut self) {
+        let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !g.dirty {
+            return;
+        }
+        let mut g = std::mem::take(g);
+        if let Err(e) = self.flush_locked(&mut g) {
+            tracing::warn!(stage = %self.spec.stage, partition = %self.key,
+                "state store: the committed writes stay in the changelog only: {e}");
+        }
+    }
 }
 
 impl PartitionState {
@@ -379,14 +402,62 @@ impl PartitionState {
         self.store.apply(&self.key, &changes, cp)
     }
 
-    /// The partition's offsets below `next` are committed: their writes go to the store.
+    /// The partition's offsets below `next` are committed: their writes go to the store. A
+    /// store backed by a changelog takes them in larger, rarer transactions (every
+    /// [`FLUSH_EVERY`], at [`FLUSH_WRITES`] writes waiting, when the partition leaves, and
+    /// when the process ends), each key's last write only; until then they stay in the
+    /// pending log, where reads find them. A crash in between loses nothing: the store's
+    /// checkpoint says where the changelog picks up. A local source's store (no changelog) is
+    /// the state itself and takes every commit.
     pub fn commit(&self, next: i64) -> Result<(), StoreError> {
         let mut g = self.lock();
         // (No check against the checkpoint's offset: a local source reads its file from the
         // start on every run, so its offsets repeat.)
+        g.checkpoint.source_next = Some(next);
+        g.dirty = true;
+        if let Some(acks) = self.store.changelog_acks() {
+            // Every write below `next` goes to the store with this checkpoint, so the
+            // changelog records of those writes need not be read again at a restart.
+            for (bucket, topic) in self.spec.buckets.iter().zip(&self.spec.changelogs) {
+                if let Some(after) = acks.settled_below(topic, self.key.partition, next) {
+                    let at = g
+                        .checkpoint
+                        .changelog_next
+                        .entry(bucket.clone())
+                        .or_insert(after);
+                    *at = (*at).max(after);
+                }
+            }
+        }
+        let due = !self.store.has_changelog()
+            || g.pending.len() >= FLUSH_WRITES
+            || g.flushed.is_none_or(|t| t.elapsed() >= FLUSH_EVERY);
+        if due {
+            self.flush_locked(&mut g)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the committed writes (each key's last) and the checkpoint to the store, in one
+    /// transaction.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        self.flush_locked(&mut g)
+    }
+
+    fn flush_locked(&self, g: &mut Inner) -> Result<(), StoreError> {
+        g.flushed = Some(std::time::Instant::now());
+        g.dirty = false;
+        let Some(next) = g.checkpoint.source_next else {
+            return Ok(());
+        };
         let entries = g.pending.drain_below(next);
+        let mut seen: std::collections::HashSet<&Slot, foldhash::fast::RandomState> =
+            Default::default();
         let changes: Vec<store::Change<'_>> = entries
             .iter()
+            .rev()
+            .filter(|e| seen.insert(&e.slot))
             .map(|e| {
                 (
                     self.spec.buckets[e.slot.0 as usize].as_str(),
@@ -395,20 +466,9 @@ impl PartitionState {
                 )
             })
             .collect();
-        let mut cp = g.checkpoint.clone();
-        cp.source_next = Some(next);
-        if let Some(acks) = self.store.changelog_acks() {
-            // Every write below `next` is applied now, so the changelog records of those
-            // writes need not be read again at a restart.
-            for (bucket, topic) in self.spec.buckets.iter().zip(&self.spec.changelogs) {
-                if let Some(after) = acks.settled_below(topic, self.key.partition, next) {
-                    let at = cp.changelog_next.entry(bucket.clone()).or_insert(after);
-                    *at = (*at).max(after);
-                }
-            }
-        }
-        self.store.apply(&self.key, &changes, &cp)?;
-        g.checkpoint = cp;
+        self.store.apply(&self.key, &changes, &g.checkpoint)?;
+        drop(changes);
+        drop(seen);
         for e in entries {
             if let Some(cached) = g.cache.get_mut(&e.slot) {
                 *cached = e.value;
@@ -456,10 +516,18 @@ impl StageBuckets {
     /// The partition left this process: what it had not committed is dropped (the next
     /// owner replays those messages).
     pub fn release(&self, key: &PartitionKey) {
-        self.parts
+        let gone = self
+            .parts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        if let Some(p) = gone {
+            // What it committed goes to the store now (what it did not is dropped).
+            if let Err(e) = p.flush() {
+                tracing::warn!(stage = %self.spec.stage, partition = %key,
+                    "state store: the committed writes stay in the changelog only: {e}");
+            }
+        }
         if let Some(acks) = self.store.changelog_acks() {
             for topic in &self.spec.changelogs {
                 acks.forget(topic, key.partition);
