@@ -185,7 +185,7 @@ fn state_restore(c: &mut Criterion) {
                 let n = chunk * 1000 + i;
                 weir::sink::ChangeRecord {
                     topic: spec.changelogs[0].clone(),
-                    key: format!("key-{:06}", n % KEYS),
+                    key: format!("key-{:06}", n % KEYS).into(),
                     value: Some(weir::state::encode(0, weir_benches::value(n).as_bytes())),
                     tag: n as i64,
                 }

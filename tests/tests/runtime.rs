@@ -733,7 +733,7 @@ impl Changelog for FakeChangelog {
                     Some(open) => open.push((
                         r.topic.to_string(),
                         lane.partition,
-                        r.key.clone(),
+                        r.key.to_string(),
                         r.value.clone(),
                         r.tag,
                     )),
@@ -746,7 +746,7 @@ impl Changelog for FakeChangelog {
                 (
                     r.topic.to_string(),
                     lane.partition,
-                    r.key.clone(),
+                    r.key.to_string(),
                     r.value.clone(),
                     r.tag,
                 ),

@@ -25,7 +25,7 @@ pub struct BucketHandle {
 #[derive(Debug)]
 pub struct CasHandle {
     bucket: u16,
-    key: String,
+    key: Arc<str>,
     seen: Option<Vec<u8>>,
 }
 
@@ -40,6 +40,8 @@ pub struct Kv {
     latest: SlotMap<usize>,
     /// Shadow candidate: writes stay in `writes` and are dropped after each call.
     throwaway: bool,
+    /// The write time of the call in progress (ms since the epoch; one clock read per call).
+    now: i64,
 }
 
 impl Kv {
@@ -63,6 +65,7 @@ impl Kv {
     /// A call on `part`'s messages begins.
     pub fn begin_call(&mut self, part: Option<Arc<PartitionState>>) {
         self.part = part;
+        self.now = now_ms();
         if !self.throwaway {
             self.writes.clear();
             self.latest.clear();
@@ -107,7 +110,7 @@ impl Kv {
             .map_err(|e| KvError::Other(e.to_string()))
     }
 
-    fn put(&mut self, bucket: u16, key: String, value: Option<&[u8]>) -> Result<(), KvError> {
+    fn put(&mut self, bucket: u16, key: Arc<str>, value: Option<&[u8]>) -> Result<(), KvError> {
         let spec = self.spec()?;
         if let Some(v) = value {
             if v.len() > spec.max_value {
@@ -121,7 +124,7 @@ impl Kv {
         self.part()?;
         let slot = (bucket, key);
         self.latest.insert(slot.clone(), self.writes.len());
-        self.writes.push((slot, value.map(|v| encode(now_ms(), v))));
+        self.writes.push((slot, value.map(|v| encode(self.now, v))));
         Ok(())
     }
 }
@@ -156,7 +159,7 @@ impl store::Host for StageState {
 
 impl store::HostBucket for StageState {
     fn get(&mut self, b: Resource<BucketHandle>, key: String) -> Result<Option<Vec<u8>>, KvError> {
-        let slot = (bucket_of(self, &b)?, key);
+        let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
         self.kv.get(&slot)
     }
 
@@ -167,16 +170,16 @@ impl store::HostBucket for StageState {
         value: Vec<u8>,
     ) -> Result<(), KvError> {
         let bucket = bucket_of(self, &b)?;
-        self.kv.put(bucket, key, Some(&value))
+        self.kv.put(bucket, key.into(), Some(&value))
     }
 
     fn delete(&mut self, b: Resource<BucketHandle>, key: String) -> Result<(), KvError> {
         let bucket = bucket_of(self, &b)?;
-        self.kv.put(bucket, key, None)
+        self.kv.put(bucket, key.into(), None)
     }
 
     fn exists(&mut self, b: Resource<BucketHandle>, key: String) -> Result<bool, KvError> {
-        let slot = (bucket_of(self, &b)?, key);
+        let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
         Ok(self.kv.get(&slot)?.is_some())
     }
 
@@ -194,20 +197,20 @@ impl store::HostBucket for StageState {
         // The call's own writes since the page was read.
         let mut changed = false;
         for (slot, &i) in &kv.latest {
-            if slot.0 != bucket || cursor.as_deref().is_some_and(|c| slot.1.as_str() <= c) {
+            if slot.0 != bucket || cursor.as_deref().is_some_and(|c| &*slot.1 <= c) {
                 continue;
             }
-            if next.as_deref().is_some_and(|n| slot.1.as_str() > n) {
+            if next.as_deref().is_some_and(|n| &*slot.1 > n) {
                 continue;
             }
             let present = kv.writes[i].1.is_some();
-            match (keys.binary_search(&slot.1), present) {
+            match (keys.binary_search_by(|k| k.as_str().cmp(&slot.1)), present) {
                 (Ok(at), false) => {
                     keys.remove(at);
                     changed = true;
                 }
                 (Err(at), true) => {
-                    keys.insert(at, slot.1.clone());
+                    keys.insert(at, slot.1.to_string());
                     changed = true;
                 }
                 _ => {}
@@ -232,7 +235,7 @@ impl atomics::Host for StageState {
         key: String,
         delta: i64,
     ) -> Result<i64, KvError> {
-        let slot = (bucket_of(self, &b)?, key);
+        let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
         let now = match self.kv.get(&slot)? {
             None => 0,
             Some(v) => i64::from_le_bytes(v.as_slice().try_into().map_err(|_| {
@@ -286,7 +289,7 @@ impl atomics::HostCas for StageState {
         b: Resource<BucketHandle>,
         key: String,
     ) -> Result<(Resource<CasHandle>, Option<Vec<u8>>), KvError> {
-        let slot = (bucket_of(self, &b)?, key);
+        let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
         let seen = self.kv.get(&slot)?;
         let h = self
             .table()
@@ -314,9 +317,9 @@ impl batch::Host for StageState {
         let bucket = bucket_of(self, &b)?;
         keys.into_iter()
             .map(|k| {
-                let slot = (bucket, k);
+                let slot = (bucket, Arc::<str>::from(k));
                 let v = self.kv.get(&slot)?;
-                Ok((slot.1, v))
+                Ok((slot.1.to_string(), v))
             })
             .collect()
     }
@@ -330,11 +333,11 @@ impl batch::Host for StageState {
         for (k, v) in &key_values {
             if v.len() > self.kv.spec()?.max_value {
                 // All or nothing: check every value before writing any.
-                return self.kv.put(bucket, k.clone(), Some(v));
+                return self.kv.put(bucket, k.as_str().into(), Some(v));
             }
         }
         for (k, v) in key_values {
-            self.kv.put(bucket, k, Some(&v))?;
+            self.kv.put(bucket, k.into(), Some(&v))?;
         }
         Ok(())
     }
@@ -342,7 +345,7 @@ impl batch::Host for StageState {
     fn delete_many(&mut self, b: Resource<BucketHandle>, keys: Vec<String>) -> Result<(), KvError> {
         let bucket = bucket_of(self, &b)?;
         for k in keys {
-            self.kv.put(bucket, k, None)?;
+            self.kv.put(bucket, k.into(), None)?;
         }
         Ok(())
     }

@@ -216,7 +216,7 @@ pub struct ChangeRecord {
     /// The changelog topic (`<pipeline>.<stage>.<bucket>.changelog`).
     pub topic: Arc<str>,
     /// The bucket's key.
-    pub key: String,
+    pub key: Arc<str>,
     /// The encoded value (write time, then the stage's bytes); none: a tombstone.
     pub value: Option<Vec<u8>>,
     /// The source offset whose outcome the write belongs to (see [`ChangelogAcks`]).

@@ -3,8 +3,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-/// A bucket (its index in the stage's `state.buckets`) and a key.
-pub type Slot = (u16, String);
+/// A bucket (its index in the stage's `state.buckets`) and a key (shared: a write's key is
+/// held by the call's writes, the logs, the read cache and its change record at once).
+pub type Slot = (u16, std::sync::Arc<str>);
 
 /// A map keyed by [`Slot`] with foldhash (randomly seeded per map: fast on short keys, and
 /// keys chosen by whoever writes the input cannot be aimed at a known seed), not SipHash: the
@@ -95,7 +96,7 @@ impl Log {
             .filter(move |(s, _)| s.0 == bucket)
             .filter_map(|(s, &seq)| {
                 let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
-                Some((s.1.as_str(), e.value.as_deref()))
+                Some((&*s.1, e.value.as_deref()))
             })
     }
 }
@@ -107,7 +108,7 @@ mod tests {
     fn e(tag: i64, k: &str, v: Option<&str>) -> Entry {
         Entry {
             tag,
-            slot: (0, k.to_owned()),
+            slot: (0, k.into()),
             value: v.map(|v| v.as_bytes().to_vec()),
         }
     }

@@ -216,7 +216,7 @@ impl PartitionState {
                 g.expire_after.insert(b, last);
             }
             for (key, stored) in page {
-                let slot = (b, key);
+                let slot = (b, Arc::<str>::from(key));
                 // A newer write in the logs is what a read sees.
                 let written = match g.batch.get(&slot).or_else(|| g.pending.get(&slot)) {
                     Some(Some(v)) => decode(v).0,
@@ -461,7 +461,7 @@ impl PartitionState {
             .map(|e| {
                 (
                     self.spec.buckets[e.slot.0 as usize].as_str(),
-                    e.slot.1.as_str(),
+                    &*e.slot.1,
                     e.value.as_deref(),
                 )
             })
