@@ -23,6 +23,8 @@ pub struct Broker {
     pub bootstrap: String,
     /// Produce every record as a record batch of its own (tansu; see [`Broker::tansu`]).
     pub one_record_batches: bool,
+    /// The broker's log (tansu's output), kept for failure messages.
+    log: Option<tempfile::NamedTempFile>,
 }
 
 impl Broker {
@@ -50,6 +52,7 @@ impl Broker {
             stdin,
             bootstrap: line.trim().to_owned(),
             one_record_batches: false,
+            log: None,
         }
     }
 
@@ -68,6 +71,13 @@ impl Broker {
             .expect("a free port")
             .port();
         let url = format!("tcp://127.0.0.1:{port}");
+        let log = tempfile::Builder::new()
+            .prefix("tansu-")
+            .suffix(".log")
+            .tempfile()
+            .expect("a log file");
+        let out = log.reopen().expect("the log file");
+        let err = log.reopen().expect("the log file");
         let child = Command::new(bin)
             .args([
                 "broker",
@@ -78,8 +88,8 @@ impl Broker {
             ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(out)
+            .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("starting tansu ({bin}): {e}"));
         let b = Broker {
@@ -87,6 +97,7 @@ impl Broker {
             stdin: None,
             bootstrap: format!("127.0.0.1:{port}"),
             one_record_batches: true,
+            log: Some(log),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -97,6 +108,11 @@ impl Broker {
             b.create_topic(t, *p);
         }
         b
+    }
+
+    /// The broker's log file (tansu's output; `weir broker` logs to the test's stderr).
+    pub fn log(&self) -> Option<&std::path::Path> {
+        self.log.as_ref().map(|l| l.path())
     }
 
     /// Creates a topic through the admin API (tansu; `weir broker` takes `create` on stdin).

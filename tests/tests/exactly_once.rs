@@ -10,7 +10,7 @@ use weir_tests::kafka::{
     high_watermarks, kafka_pipeline, records, sigterm, spawn_weir, tansu, trickle, wait_ok, Broker,
 };
 use weir_tests::plugins::MISBEHAVE;
-use weir_tests::{scratch, stage, Scratch};
+use weir_tests::{evidence, scratch, stage, Scratch};
 
 const PARTS: i32 = 3;
 
@@ -50,36 +50,43 @@ fn copies(b: &Broker) -> BTreeMap<String, usize> {
     seen
 }
 
-/// Waits (up to a minute) until every one of the `n` inputs is visible.
-fn wait_all_visible(b: &Broker, n: usize, what: &str) {
+/// What the run left, for a failure message: the inputs against `out` + `dlq`
+/// (read_committed), the group's offsets, the topics, and the end of every log.
+fn explain(b: &Broker, s: &Scratch, group: &str, n: usize) -> String {
+    let expected: Vec<String> = (0..n).map(|i| format!("k-{i}")).collect();
+    format!(
+        "{}\n{}",
+        evidence::delivery(&expected, &copies(b)),
+        evidence::state(b, s, group, ("in", PARTS), &[("out", PARTS), ("dlq", 1)])
+    )
+}
+
+/// Waits (up to 90 s) until every one of the `n` inputs is visible.
+fn wait_all_visible(b: &Broker, s: &Scratch, group: &str, n: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         if copies(b).len() == n {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not every input came out"
-        );
+        if Instant::now() >= deadline {
+            panic!(
+                "{what}: not every input came out within 90 s: {}",
+                explain(b, s, group, n)
+            );
+        }
         std::thread::sleep(Duration::from_millis(300));
     }
 }
 
 /// 0 duplicates, 0 lost.
-fn assert_exactly_once(b: &Broker, n: usize) {
+fn assert_exactly_once(b: &Broker, s: &Scratch, group: &str, n: usize) {
     let seen = copies(b);
-    let dups: Vec<(&String, &usize)> = seen.iter().filter(|(_, c)| **c > 1).collect();
-    let lost: Vec<String> = (0..n)
-        .map(|i| format!("k-{i}"))
-        .filter(|k| !seen.contains_key(k))
-        .collect();
+    let lost = (0..n).any(|i| !seen.contains_key(&format!("k-{i}")));
+    let dups = seen.values().any(|c| *c > 1);
     assert!(
-        dups.is_empty() && lost.is_empty(),
-        "{} duplicated (first: {:?}), {} lost (first: {:?})",
-        dups.len(),
-        dups.iter().take(5).collect::<Vec<_>>(),
-        lost.len(),
-        lost.iter().take(5).collect::<Vec<_>>()
+        !lost && !dups,
+        "not exactly once: {}",
+        explain(b, s, group, n)
     );
 }
 
@@ -89,8 +96,8 @@ fn wait_commit_progress(b: &Broker, group: &str, before: &[Option<i64>], s: &Scr
     while b.committed(group, "in", PARTS) == before {
         assert!(
             Instant::now() < deadline,
-            "no transaction committed: {}",
-            std::fs::read_to_string(s.path(log)).unwrap_or_default()
+            "no transaction committed by {log} within 60 s: {}",
+            evidence::state(b, s, group, ("in", PARTS), &[("out", PARTS), ("dlq", 1)])
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -115,10 +122,10 @@ fn on_tansu_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once(
     wait_ok(c, "the first run", &s, "run-0.log");
     producer.join().expect("producer");
     let c = spawn_weir(&s, "p.yaml", "run-1.log");
-    wait_all_visible(&b, n, "the second run");
+    wait_all_visible(&b, &s, "g-eos-term", n, "the second run");
     sigterm(&c);
     wait_ok(c, "the second run", &s, "run-1.log");
-    assert_exactly_once(&b, n);
+    assert_exactly_once(&b, &s, "g-eos-term", n);
     let ends: Vec<Option<i64>> = high_watermarks(&b, "in", PARTS)
         .into_iter()
         .map(Some)
@@ -128,16 +135,16 @@ fn on_tansu_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once(
 
 #[test]
 fn on_tansu_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
-    let (b, n) = kill_9_three_times("exactly-once");
-    assert_exactly_once(&b, n);
+    let (b, s, n) = kill_9_three_times("exactly-once");
+    assert_exactly_once(&b, &s, "g-eos-kill", n);
 }
 
 /// The control: the same kills at-least-once duplicate outputs (so the test above has teeth).
 #[test]
 fn on_tansu_the_same_kills_at_least_once_leave_duplicates() {
-    let (b, n) = kill_9_three_times("at-least-once");
+    let (b, s, n) = kill_9_three_times("at-least-once");
     let seen = copies(&b);
-    assert_eq!(seen.len(), n, "nothing lost");
+    assert_eq!(seen.len(), n, "lost: {}", explain(&b, &s, "g-eos-kill", n));
     let dups = seen.values().filter(|c| **c > 1).count();
     assert!(
         dups > 0,
@@ -147,7 +154,7 @@ fn on_tansu_the_same_kills_at_least_once_leave_duplicates() {
 
 /// Killed during start-up, then twice with work produced and not committed, while the input
 /// trickles in; then a run until every input is visible and a SIGTERM.
-fn kill_9_three_times(delivery: &str) -> (Broker, usize) {
+fn kill_9_three_times(delivery: &str) -> (Broker, Scratch, usize) {
     let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
     let producer = trickle(
@@ -181,10 +188,10 @@ fn kill_9_three_times(delivery: &str) -> (Broker, usize) {
     }
     producer.join().expect("producer");
     let c = spawn_weir(&s, "p.yaml", "last.log");
-    wait_all_visible(&b, n, "the last run");
+    wait_all_visible(&b, &s, "g-eos-kill", n, "the last run");
     sigterm(&c);
     wait_ok(c, "the last run", &s, "last.log");
-    (b, n)
+    (b, s, n)
 }
 
 /// Runs weir to its exit (it must stop by itself) and returns the report.
@@ -304,10 +311,10 @@ fn on_tansu_three_processes_joining_and_leaving_one_group_deliver_every_input_ex
     }
     producer.join().expect("producer");
     let (c, log) = members.remove(0);
-    wait_all_visible(&b, n, "the last member");
+    wait_all_visible(&b, &s, "g-eos-group", n, "the last member");
     sigterm(&c);
     wait_ok(c, "the last member", &s, &log);
-    assert_exactly_once(&b, n);
+    assert_exactly_once(&b, &s, "g-eos-group", n);
 }
 
 #[test]
@@ -351,8 +358,8 @@ fn on_tansu_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
     assert_eq!(code, Some(1), "{log}");
     assert!(log.contains("fenced"), "{log}");
     producer.join().expect("producer");
-    wait_all_visible(&b, n, "the heir");
+    wait_all_visible(&b, &s, "g-eos-zombie", n, "the heir");
     sigterm(&heir);
     wait_ok(heir, "the heir", &s, "heir.log");
-    assert_exactly_once(&b, n);
+    assert_exactly_once(&b, &s, "g-eos-zombie", n);
 }
