@@ -474,6 +474,18 @@ impl Chain {
         })
     }
 
+    /// Per stage, in chain order: its live instance's linear memory now (bytes) and how many
+    /// times an instance was recycled at the memory cap.
+    pub fn memory(&self) -> impl ExactSizeIterator<Item = (&str, u64, u64)> + '_ {
+        self.stages.iter().map(|s| {
+            (
+                &*s.slot.spec.name,
+                s.instance.memory_now(),
+                s.instance.stats.recycled,
+            )
+        })
+    }
+
     /// Per-stage counts and sandbox events, in chain order.
     pub fn stats(&self) -> Vec<StageStats> {
         self.stages

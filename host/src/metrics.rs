@@ -72,6 +72,12 @@ pub struct Metrics {
     pub state_restored: prometheus::IntCounter,
     /// State writes sent to changelogs.
     pub state_writes: prometheus::IntCounter,
+    /// Linear memory of each stage's instances now, summed over drivers, bytes.
+    pub stage_memory: IntGaugeVec,
+    /// The most `stage_memory` has been, bytes.
+    pub stage_memory_peak: IntGaugeVec,
+    /// Instances replaced after reaching the stage's memory cap.
+    pub stage_recycled: IntCounterVec,
     /// Set once the pipeline is consuming.
     pub ready: AtomicBool,
 }
@@ -111,6 +117,21 @@ impl Metrics {
             stage_timeouts: counter_vec(
                 "weir_stage_timeouts_total",
                 "Stage calls stopped by the deadline.",
+                &["stage"],
+            ),
+            stage_memory: gauge_vec(
+                "weir_stage_memory_bytes",
+                "Linear memory of the stage's instances now (summed over drivers), bytes.",
+                &["stage"],
+            ),
+            stage_memory_peak: gauge_vec(
+                "weir_stage_memory_peak_bytes",
+                "The most weir_stage_memory_bytes has been since start, bytes.",
+                &["stage"],
+            ),
+            stage_recycled: counter_vec(
+                "weir_stage_recycled_total",
+                "Instances replaced after reaching the stage's memory cap (limits.memory).",
                 &["stage"],
             ),
             transactions: counter_vec(
@@ -304,6 +325,14 @@ impl Metrics {
             ready: AtomicBool::new(false),
             registry: r,
         });
+        // The process's resident and virtual memory, CPU seconds, open files and threads
+        // (`process_*`, from /proc).
+        #[cfg(target_os = "linux")]
+        m.registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("process metrics register once");
         // Every known label value starts at zero, so that dashboards and alert rules see the
         // series (and `rate`/`increase` work) before the first event.
         for (vec, values) in [
@@ -356,6 +385,9 @@ impl Metrics {
             }
             self.stage_traps.with_label_values(&[stage]);
             self.stage_timeouts.with_label_values(&[stage]);
+            self.stage_memory.with_label_values(&[stage]);
+            self.stage_memory_peak.with_label_values(&[stage]);
+            self.stage_recycled.with_label_values(&[stage]);
             self.rollout_state.with_label_values(&[stage]);
             self.stage_seconds.with_label_values(&[stage]);
         }
@@ -379,6 +411,30 @@ impl Metrics {
                     .with_label_values(&[stage, result])
                     .inc_by(n);
             }
+        }
+    }
+
+    /// One driver's stages' memory now and recycles so far (`last` holds what it reported
+    /// before): the gauges are sums over drivers, so each driver adds its change.
+    pub fn add_stage_memory<'a>(
+        &self,
+        stages: impl ExactSizeIterator<Item = (&'a str, u64, u64)>,
+        last: &mut Vec<(u64, u64)>,
+    ) {
+        last.resize(stages.len(), (0, 0));
+        for ((name, bytes, recycled), prev) in stages.zip(last.iter_mut()) {
+            let g = self.stage_memory.with_label_values(&[name]);
+            g.add(bytes as i64 - prev.0 as i64);
+            let peak = self.stage_memory_peak.with_label_values(&[name]);
+            if g.get() > peak.get() {
+                peak.set(g.get());
+            }
+            if recycled > prev.1 {
+                self.stage_recycled
+                    .with_label_values(&[name])
+                    .inc_by(recycled - prev.1);
+            }
+            *prev = (bytes, recycled);
         }
     }
 

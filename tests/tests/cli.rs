@@ -594,8 +594,75 @@ fn a_local_pipeline_serves_metrics_and_health() {
         Some(10.0)
     );
     assert!(body.contains("weir_plugin_info{plugin="), "{body}");
+    // Where the memory is: the stage's linear memory (a wasm instance has at least a page),
+    // its high-water mark, no recycles, and the process's own figures.
+    let mem = weir_tests::gauge(&body, "weir_stage_memory_bytes{stage=\"m\"}").unwrap_or(0.0);
+    let peak = weir_tests::gauge(&body, "weir_stage_memory_peak_bytes{stage=\"m\"}").unwrap_or(0.0);
+    assert!(mem >= 65536.0 && peak >= mem, "memory {mem}, peak {peak}");
+    assert_eq!(
+        weir_tests::gauge(&body, "weir_stage_recycled_total{stage=\"m\"}"),
+        Some(0.0)
+    );
+    let rss = weir_tests::gauge(&body, "process_resident_memory_bytes").unwrap_or(0.0);
+    assert!(
+        rss > 4.0 * 1024.0 * 1024.0,
+        "process_resident_memory_bytes {rss}"
+    );
     assert_eq!(weir_tests::scrape(port, "/healthz").0, 200);
     assert_eq!(weir_tests::scrape(port, "/readyz").0, 200);
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// An instance recycled at its memory cap shows on `/metrics`: the recycles, and the
+/// high-water mark of the stage's memory near the cap.
+#[test]
+fn recycled_instances_and_stage_memory_show_on_metrics() {
+    use std::io::Write;
+    let s = scratch!();
+    let port = weir_tests::free_port();
+    s.write(
+        "p.yaml",
+        &format!(
+            "source:\n  stdin: {{ topic: live }}\nstages:\n  - name: m\n    plugin: {}\n    limits:\n      memory: 16MiB\nsink:\n  discard: {{}}\nbatch:\n  max_messages: 4\nruntime:\n  metrics: 127.0.0.1:{port}\n",
+            plugins::MISBEHAVE
+        ),
+    );
+    let mut child = s
+        .weir(&["run", "p.yaml"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Each `leak` keeps 1 MiB: 40 of them reach the 16 MiB cap more than once.
+    for _ in 0..40 {
+        stdin.write_all(b"{\"value\": \"leak\"}\n").unwrap();
+    }
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let body = loop {
+        if let Ok((_, body)) = weir_tests::try_scrape(port, "/metrics") {
+            if weir_tests::gauge(&body, "weir_consumed_messages_total") == Some(40.0)
+                && weir_tests::gauge(&body, "weir_stage_recycled_total{stage=\"m\"}")
+                    .is_some_and(|r| r >= 1.0)
+            {
+                break body;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no recycle on /metrics in time"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let peak = weir_tests::gauge(&body, "weir_stage_memory_peak_bytes{stage=\"m\"}").unwrap_or(0.0);
+    let mem = weir_tests::gauge(&body, "weir_stage_memory_bytes{stage=\"m\"}").unwrap_or(0.0);
+    assert!(
+        (8.0 * 1048576.0..=16.0 * 1048576.0).contains(&peak) && mem <= peak,
+        "peak {peak}, now {mem}: {body}"
+    );
     drop(stdin);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -369,6 +369,12 @@ impl StageInstance {
         }
     }
 
+    /// The live instance's linear memory now, bytes (a wasm memory never shrinks, so this is
+    /// the size it last grew to).
+    pub fn memory_now(&self) -> u64 {
+        self.live.store.data().limits.peak as u64
+    }
+
     /// Folds the live instance's memory high-water mark into the stats.
     fn note_memory(&mut self) {
         let peak = self.live.store.data().limits.peak as u64;

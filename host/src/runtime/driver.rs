@@ -191,6 +191,7 @@ pub fn spawn(setup: DriverSetup) -> std::thread::JoinHandle<Vec<StageStats>> {
                 s: setup,
                 lanes: Vec::new(),
                 last_counts: Vec::new(),
+                last_memory: Vec::new(),
                 broken: false,
             };
             // A panic must not leave the controller waiting on lanes nobody serves: it is
@@ -221,6 +222,8 @@ struct Driver {
     s: DriverSetup,
     lanes: Vec<DriverLane>,
     last_counts: Vec<[u64; 7]>,
+    /// Each stage's memory and recycles as last reported to the metrics.
+    last_memory: Vec<(u64, u64)>,
     /// A transaction failed while serving a control message: stop.
     broken: bool,
 }
@@ -638,6 +641,7 @@ impl Driver {
             }
         }
         m.add_stage_counts(self.s.chain.tallies(), &mut self.last_counts);
+        m.add_stage_memory(self.s.chain.memory(), &mut self.last_memory);
         if let Some(f) = out.failure {
             // Exactly-once: nothing of the partition's open transaction becomes visible.
             if let (Some(t), Some(_)) = (&self.s.transactions, l.txn.take()) {

@@ -37,6 +37,10 @@ pub struct StageSample {
     pub plugin: String,
     /// Rollout in progress: 0 none, 1 shadow, 2 canary.
     pub rollout: f64,
+    /// Linear memory of its instances now, bytes.
+    pub memory: f64,
+    /// Instances recycled at the memory cap.
+    pub recycled: f64,
 }
 
 impl StageSample {
@@ -74,6 +78,10 @@ pub struct Snapshot {
     pub commits: BTreeMap<String, f64>,
     pub produced: BTreeMap<String, f64>,
     pub reloads: f64,
+    /// The process's resident memory, bytes.
+    pub rss: f64,
+    /// Partitions whose state is being restored now.
+    pub restoring: f64,
 }
 
 pub use super::super::http::host_port;
@@ -128,6 +136,8 @@ pub fn parse(addr: &str, body: &str) -> Result<Snapshot, ScrapeError> {
         commits: BTreeMap::new(),
         produced: BTreeMap::new(),
         reloads: 0.0,
+        rss: 0.0,
+        restoring: 0.0,
     };
     for s in &scrape.samples {
         let label = |name: &str| s.labels.get(name).unwrap_or("").to_owned();
@@ -161,6 +171,12 @@ pub fn parse(addr: &str, body: &str) -> Result<Snapshot, ScrapeError> {
                 snap.stages.entry(label("stage")).or_default().plugin = label("plugin")
             }
             "weir_rollout_state" => snap.stages.entry(label("stage")).or_default().rollout = v,
+            "weir_stage_memory_bytes" => snap.stages.entry(label("stage")).or_default().memory = v,
+            "weir_stage_recycled_total" => {
+                snap.stages.entry(label("stage")).or_default().recycled = v
+            }
+            "process_resident_memory_bytes" => snap.rss = v,
+            "weir_state_restoring_partitions" => snap.restoring = v,
             "weir_partition_state" => snap.partitions.entry(partition()).or_default().state = v,
             "weir_consumer_lag" => snap.partitions.entry(partition()).or_default().lag = Some(v),
             "weir_committed_offset" => {
@@ -232,6 +248,8 @@ mod tests {
             .with_label_values(&["s"])
             .observe(0.001);
         metrics.rollout_state.with_label_values(&["s"]).set(2);
+        metrics.add_stage_memory([("s", 3 << 20, 2)].into_iter(), &mut Vec::new());
+        metrics.state_restoring.set(4);
         metrics.consumer_lag.with_label_values(&["t", "3"]).set(40);
         metrics
             .partition_state
@@ -249,6 +267,9 @@ mod tests {
         let s = &snap.stages["s"];
         assert_eq!(s.input(), 7.0);
         assert_eq!(s.rollout, 2.0, "a canary in progress");
+        assert_eq!((s.memory, s.recycled), ((3 << 20) as f64, 2.0));
+        assert_eq!(snap.restoring, 4.0);
+        assert!(snap.rss > 0.0, "the process's resident memory");
         assert!(s.batch_seconds.iter().any(|(_, c)| *c == 1.0));
         let p = snap.partitions[&("t".to_owned(), 3)];
         assert_eq!(

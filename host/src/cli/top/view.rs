@@ -119,6 +119,15 @@ impl View {
             } else {
                 Span::styled("  not ready", Style::new().yellow())
             });
+            if s.rss > 0.0 {
+                spans.push(Span::raw(format!("  resident {}", bytes(s.rss))));
+            }
+            if s.restoring > 0.0 {
+                spans.push(Span::styled(
+                    format!("  restoring state of {} partition(s)", int(s.restoring)),
+                    Style::new().yellow(),
+                ));
+            }
         }
         Paragraph::new(Line::from(spans))
     }
@@ -179,7 +188,7 @@ impl View {
     fn stages(&self) -> Table<'static> {
         let header = Row::new([
             "stage", "plugin", "rollout", "in/s", "keep/s", "next/s", "drop/s", "reject/s",
-            "fail/s", "p50", "p99", "traps", "timeouts",
+            "fail/s", "p50", "p99", "traps", "timeouts", "memory", "recycled",
         ])
         .style(Style::new().add_modifier(Modifier::BOLD));
         let rows: Vec<Row> = self
@@ -217,6 +226,8 @@ impl View {
                     seconds(quantile(&recent, 0.99)),
                     int(st.traps),
                     int(st.timeouts),
+                    bytes(st.memory),
+                    int(st.recycled),
                 ])
             })
             .collect();
@@ -233,6 +244,8 @@ impl View {
             Constraint::Length(8),
             Constraint::Length(8),
             Constraint::Length(6),
+            Constraint::Length(8),
+            Constraint::Length(9),
             Constraint::Length(8),
         ];
         Table::new(rows, widths)
