@@ -1,7 +1,7 @@
 //! The subcommands and every class of bad input: a clear message, the right exit code, no panic.
 
 use serde_json::{json, Value};
-use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr};
+use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
 
 fn no_panic(text: &str) {
     assert!(
@@ -540,17 +540,21 @@ fn kafka_config_mistakes_name_the_file_line_and_field() {
     }
 }
 
-/// Metrics are not only for Kafka: a local pipeline serves `/metrics`, `/healthz` and
-/// `/readyz` too, with its stage and source counts.
-#[test]
-fn a_local_pipeline_serves_metrics_and_health() {
+/// `weir run` of the `misbehave` stage `m` (with `stage_extra` lines) on a stdin source, a
+/// discard sink and a metrics listener (`extra`: more top-level YAML), fed `lines`. Returns
+/// the running process, its stdin (still open: the source stays open) and the port.
+fn live_with_metrics(
+    s: &Scratch,
+    stage_extra: &str,
+    extra: &str,
+    lines: &[&str],
+) -> (std::process::Child, std::process::ChildStdin, u16) {
     use std::io::Write;
-    let s = scratch!();
     let port = weir_tests::free_port();
     s.write(
         "p.yaml",
         &format!(
-            "source:\n  stdin: {{ topic: live }}\nstages:\n  - name: m\n    plugin: {}\nsink:\n  discard: {{}}\nruntime:\n  metrics: 127.0.0.1:{port}\n",
+            "source:\n  stdin: {{ topic: live }}\nstages:\n  - name: m\n    plugin: {}\n{stage_extra}sink:\n  discard: {{}}\n{extra}runtime:\n  metrics: 127.0.0.1:{port}\n",
             plugins::MISBEHAVE
         ),
     );
@@ -561,27 +565,46 @@ fn a_local_pipeline_serves_metrics_and_health() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    for _ in 0..10 {
-        stdin
-            .write_all(b"{\"value\": \"a\"}\n{\"value\": \"reject\"}\n")
-            .unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
     }
     stdin.flush().unwrap();
-    // Wait until the twenty messages went through the stage (the source stays open).
+    (child, stdin, port)
+}
+
+/// Scrapes `/metrics` until `until` holds (30 s at most) and returns the body.
+fn metrics_when(port: u16, what: &str, until: impl Fn(&str) -> bool) -> String {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let body = loop {
+    let mut last = String::new();
+    loop {
         if let Ok((_, body)) = weir_tests::try_scrape(port, "/metrics") {
-            if weir_tests::gauge(
-                &body,
-                "weir_stage_messages_total{outcome=\"reject\",stage=\"m\"}",
-            ) == Some(10.0)
-            {
-                break body;
+            if until(&body) {
+                return body;
             }
+            last = body;
         }
-        assert!(std::time::Instant::now() < deadline, "no metrics in time");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not on /metrics within 30 s; the last scrape:\n{last}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    }
+}
+
+/// Metrics are not only for Kafka: a local pipeline serves `/metrics`, `/healthz` and
+/// `/readyz` too, with its stage and source counts.
+#[test]
+fn a_local_pipeline_serves_metrics_and_health() {
+    let s = scratch!();
+    let lines = [r#"{"value": "a"}"#, r#"{"value": "reject"}"#].repeat(10);
+    let (child, stdin, port) = live_with_metrics(&s, "", "", &lines);
+    // Wait until the twenty messages went through the stage (the source stays open).
+    let body = metrics_when(port, "ten rejects", |b| {
+        weir_tests::gauge(
+            b,
+            "weir_stage_messages_total{outcome=\"reject\",stage=\"m\"}",
+        ) == Some(10.0)
+    });
     assert_eq!(
         weir_tests::gauge(&body, "weir_consumed_messages_total"),
         Some(20.0)
@@ -619,44 +642,20 @@ fn a_local_pipeline_serves_metrics_and_health() {
 /// high-water mark of the stage's memory near the cap.
 #[test]
 fn recycled_instances_and_stage_memory_show_on_metrics() {
-    use std::io::Write;
     let s = scratch!();
-    let port = weir_tests::free_port();
-    s.write(
-        "p.yaml",
-        &format!(
-            "source:\n  stdin: {{ topic: live }}\nstages:\n  - name: m\n    plugin: {}\n    limits:\n      memory: 16MiB\nsink:\n  discard: {{}}\nbatch:\n  max_messages: 4\nruntime:\n  metrics: 127.0.0.1:{port}\n",
-            plugins::MISBEHAVE
-        ),
-    );
-    let mut child = s
-        .weir(&["run", "p.yaml"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
     // Each `leak` keeps 1 MiB: 40 of them reach the 16 MiB cap more than once.
-    for _ in 0..40 {
-        stdin.write_all(b"{\"value\": \"leak\"}\n").unwrap();
-    }
-    stdin.flush().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let body = loop {
-        if let Ok((_, body)) = weir_tests::try_scrape(port, "/metrics") {
-            if weir_tests::gauge(&body, "weir_consumed_messages_total") == Some(40.0)
-                && weir_tests::gauge(&body, "weir_stage_recycled_total{stage=\"m\"}")
-                    .is_some_and(|r| r >= 1.0)
-            {
-                break body;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no recycle on /metrics in time"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let lines = vec![r#"{"value": "leak"}"#; 40];
+    let (child, stdin, port) = live_with_metrics(
+        &s,
+        "    limits:\n      memory: 16MiB\n",
+        "batch:\n  max_messages: 4\n",
+        &lines,
+    );
+    let body = metrics_when(port, "all 40 read and a recycle", |b| {
+        weir_tests::gauge(b, "weir_consumed_messages_total") == Some(40.0)
+            && weir_tests::gauge(b, "weir_stage_recycled_total{stage=\"m\"}")
+                .is_some_and(|r| r >= 1.0)
+    });
     let peak = weir_tests::gauge(&body, "weir_stage_memory_peak_bytes{stage=\"m\"}").unwrap_or(0.0);
     let mem = weir_tests::gauge(&body, "weir_stage_memory_bytes{stage=\"m\"}").unwrap_or(0.0);
     assert!(
