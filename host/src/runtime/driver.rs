@@ -232,6 +232,10 @@ impl Driver {
     /// Runs until told to stop or until it cannot go on. True when it stopped after a clean
     /// drain (everything queued was put through).
     fn run(&mut self) -> bool {
+        // Its instances take memory from the start, batches or not.
+        self.s
+            .metrics
+            .add_stage_memory(self.s.chain.memory(), &mut self.last_memory);
         let mut stopping: Option<bool> = None;
         loop {
             loop {
