@@ -1748,7 +1748,16 @@ fn state_the_changelog_checkpoint_follows_the_commits_so_a_restart_rereads_only_
                 Step::Close(vec![p(0)]),
             ],
         );
-        let written = shared.world().changelog[&("t.m.counts.changelog".to_owned(), 0)].len();
+        let (written, seen_records) = {
+            let w = shared.world();
+            let log = &w.changelog[&("t.m.counts.changelog".to_owned(), 0)];
+            (log.len(), log.iter().filter(|(k, _)| k == "seen").count())
+        };
+        // `seen` is written by every message; a run sends each key's last write only.
+        assert!(
+            (1..100).contains(&seen_records),
+            "eos {eos}: {seen_records} changelog records of `seen` for 300 messages"
+        );
         let b = shared.state.lock().unwrap().clone().unwrap();
         let cp = b.store().checkpoint(&p(0)).unwrap();
         assert_eq!(

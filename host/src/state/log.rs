@@ -89,6 +89,16 @@ impl Log {
         self.entries.iter()
     }
 
+    /// Each key's last write, in the order they were made (the writes a later one of the
+    /// same key replaced are left out).
+    pub fn latest_writes(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(move |(i, e)| self.latest.get(&e.slot).copied() == Some(self.base + *i as u64))
+            .map(|(_, e)| e)
+    }
+
     /// Keys of `bucket` with their latest write, for listing.
     pub fn latest_of(&self, bucket: u16) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
         self.latest
@@ -111,6 +121,17 @@ mod tests {
             slot: (0, k.into()),
             value: v.map(|v| v.as_bytes().to_vec()),
         }
+    }
+
+    #[test]
+    fn latest_writes_leave_out_the_replaced_ones_and_keep_the_order() {
+        let mut l = Log::default();
+        l.push(e(1, "a", Some("1")));
+        l.push(e(2, "b", Some("2")));
+        l.push(e(3, "a", None));
+        l.push(e(4, "c", Some("4")));
+        let keys: Vec<(i64, &str)> = l.latest_writes().map(|e| (e.tag, &*e.slot.1)).collect();
+        assert_eq!(keys, [(2, "b"), (3, "a"), (4, "c")]);
     }
 
     #[test]

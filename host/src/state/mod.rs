@@ -310,8 +310,14 @@ impl PartitionState {
     pub fn finish_batch(&self, keep: bool, changes: &mut Vec<ChangeRecord>) {
         let mut g = self.lock();
         if keep {
-            // Copies for the changelog only when there is one (not for a local source).
-            let records = g.batch.iter().filter(|_| self.store.has_changelog());
+            // Copies for the changelog only when there is one (not for a local source), and
+            // of each key's last write in the run only: the run's records go out, and commit,
+            // together (one ticket; exactly-once: one transaction), so the earlier values of
+            // a key would only be compacted away.
+            let records = g
+                .batch
+                .latest_writes()
+                .filter(|_| self.store.has_changelog());
             changes.extend(records.map(|e| ChangeRecord {
                 topic: self.spec.changelogs[e.slot.0 as usize].clone(),
                 key: e.slot.1.clone(),
