@@ -283,10 +283,13 @@ fn on_the_mock_cluster_totals_are_restored_from_the_changelog_after_the_state_di
     run_ok(&s);
     assert_eq!(last_totals(&b), sums(&first), "the first run's totals");
     let changelog = b.read("kafka-test.total.totals.changelog");
-    assert_eq!(
-        changelog.len(),
-        300,
-        "one changelog record per increment (compaction comes later)"
+    // Each chain run sends each key's last write (compaction does the rest later): at least
+    // one record per key, at most one per increment.
+    let keys = sums(&first).len();
+    assert!(
+        (keys..=300).contains(&changelog.len()),
+        "{} changelog records for {keys} keys and 300 increments",
+        changelog.len()
     );
     // `weir state` reads the same totals from the changelog as from the store.
     for from in [&["--changelog"][..], &[][..]] {
