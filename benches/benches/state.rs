@@ -114,6 +114,8 @@ fn state_batch(c: &mut Criterion) {
             // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
             registry.set_cache_of_changelog(log.acks());
         }
+        // As a driver does when the lane is assigned.
+        chain.open_state(&key).expect("the partition's state opens");
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let mut next: i64 = 0;
         let mut batches = 0u64;

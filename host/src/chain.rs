@@ -307,6 +307,20 @@ impl Chain {
         Ok(out)
     }
 
+    /// A partition was assigned (no changelog): each stateful stage opens its state from the
+    /// store. Runs on a partition that is not open write to a state nothing commits.
+    pub fn open_state(&self, key: &crate::source::PartitionKey) -> Result<(), InstanceError> {
+        for s in &self.stages {
+            if let Some(b) = &s.slot.spec.state {
+                b.partition(key).map_err(|e| InstanceError::State {
+                    stage: s.slot.spec.name.to_string(),
+                    reason: e.to_string(),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// A partition was assigned: each stateful stage's store catches up with its changelog
     /// before the partition's first message.
     pub fn restore_state(
@@ -343,7 +357,7 @@ impl Chain {
         for s in &self.stages {
             if let Some(b) = &s.slot.spec.state {
                 let key = crate::source::PartitionKey::new(&lane.topic, lane.partition);
-                parts.push(b.partition(&key).map_err(|e| InstanceError::State {
+                parts.push(b.current(&key).map_err(|e| InstanceError::State {
                     stage: s.slot.spec.name.to_string(),
                     reason: e.to_string(),
                 })?);

@@ -255,7 +255,7 @@ impl StageInstance {
         }
         self.part = match &self.spec.state {
             None => None,
-            Some(s) => match s.partition(&crate::source::PartitionKey::new(
+            Some(s) => match s.current(&crate::source::PartitionKey::new(
                 &lane.topic,
                 lane.partition,
             )) {

@@ -171,7 +171,7 @@ struct DriverLane {
     txn: Option<OpenTxn>,
     /// Its partition's producer is ready (always, at-least-once).
     opened: bool,
-    /// Its stages' state has caught up with their changelogs.
+    /// Its stages' state is open (caught up with their changelogs, when there are some).
     restored: bool,
 }
 
@@ -342,19 +342,30 @@ impl Driver {
     /// `read_committed` restore reads to the end). The lane's first batch waits for it.
     /// False when a store cannot be restored (the run stops).
     fn restore_new_lanes(&mut self) -> bool {
-        let Some(changelog) = self.s.outputs.changelog.clone() else {
-            return true;
-        };
+        let changelog = self.s.outputs.changelog.clone();
         for i in 0..self.lanes.len() {
             let l = &self.lanes[i];
             if l.restored || !l.opened {
                 continue;
             }
             let key = l.key.clone();
+            let Some(changelog) = &changelog else {
+                // No changelog (a local source): the store is the state; open it.
+                if let Err(source) = self.s.chain.open_state(&key) {
+                    tracing::error!(partition = %key, "{source}; stopping");
+                    let _ = self
+                        .s
+                        .events
+                        .send(DriverEvent::Error(DriverError::Instance { key, source }));
+                    return false;
+                }
+                self.lanes[i].restored = true;
+                continue;
+            };
             let m = &self.s.metrics;
             m.state_restoring.inc();
             let t0 = Instant::now();
-            let r = self.s.chain.restore_state(&key, &*changelog);
+            let r = self.s.chain.restore_state(&key, &**changelog);
             m.state_restoring.dec();
             match r {
                 Ok(r) => {
@@ -493,7 +504,7 @@ impl Driver {
                 last_processed: None,
                 txn: None,
                 opened: self.s.transactions.is_none(),
-                restored: self.s.outputs.changelog.is_none(),
+                restored: false,
             }),
             DriverControl::Revoke { lanes, ack } => {
                 // Exactly-once: the lane's transaction commits (everything in it acknowledged)

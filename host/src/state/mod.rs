@@ -499,14 +499,32 @@ pub struct StageBuckets {
 }
 
 impl StageBuckets {
-    /// The stage's state for partition `key`, opened from the store when new here.
+    /// The stage's state for partition `key`, opened from the store when new here: the
+    /// partition is this process's now (a lane's assignment; [`Self::release`] ends it).
     pub fn partition(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
         let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = parts.get(key) {
             return Ok(p.clone());
         }
+        let p = self.detached(key)?;
+        parts.insert(key.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// The state a chain run on `key` writes to: the partition's, or, when the partition is
+    /// not (or no longer) this process's, a state of its own that nothing commits (a run
+    /// that raced a revoke: its messages are replayed by the next owner, so its writes must
+    /// not reach the store, nor a later assignment's state).
+    pub fn current(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
+        match self.owned(key) {
+            Some(p) => Ok(p),
+            None => self.detached(key),
+        }
+    }
+
+    fn detached(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
         let checkpoint = self.store.checkpoint(key)?;
-        let p = Arc::new(PartitionState {
+        Ok(Arc::new(PartitionState {
             key: key.clone(),
             spec: self.spec.clone(),
             store: self.store.clone(),
@@ -514,9 +532,7 @@ impl StageBuckets {
                 checkpoint,
                 ..Inner::default()
             }),
-        });
-        parts.insert(key.clone(), p.clone());
-        Ok(p)
+        }))
     }
 
     /// The partition left this process: what it had not committed is dropped (the next
