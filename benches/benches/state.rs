@@ -115,7 +115,9 @@ fn state_batch(c: &mut Criterion) {
             registry.set_cache_of_changelog(log.acks());
         }
         // As a driver does when the lane is assigned.
-        chain.open_state(&key).expect("the partition's state opens");
+        chain
+            .restore_state(&key, None)
+            .expect("the partition's state opens");
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let mut next: i64 = 0;
         let mut batches = 0u64;

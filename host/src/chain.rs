@@ -265,10 +265,8 @@ impl Chain {
         if let Some(first) = batch.first() {
             for p in &parts {
                 // Values past the TTL: deletes that ride with this run's writes.
-                p.expire(first.offset).map_err(|e| InstanceError::State {
-                    stage: p.spec().stage.clone(),
-                    reason: e.to_string(),
-                })?;
+                p.expire(first.offset)
+                    .map_err(state_error(&p.spec().stage))?;
             }
         }
         let mut input = batch.clone();
@@ -307,43 +305,26 @@ impl Chain {
         Ok(out)
     }
 
-    /// A partition was assigned (no changelog): each stateful stage opens its state from the
-    /// store. Runs on a partition that is not open write to a state nothing commits.
-    pub fn open_state(&self, key: &crate::source::PartitionKey) -> Result<(), InstanceError> {
-        for s in &self.stages {
-            if let Some(b) = &s.slot.spec.state {
-                b.partition(key).map_err(|e| InstanceError::State {
-                    stage: s.slot.spec.name.to_string(),
-                    reason: e.to_string(),
-                })?;
-            }
-        }
-        Ok(())
-    }
-
-    /// A partition was assigned: each stateful stage's store catches up with its changelog
-    /// before the partition's first message.
+    /// A partition was assigned: each stateful stage opens its state from the store and, with
+    /// a changelog, catches it up with the changelog, before the partition's first message.
+    /// (Runs on a partition that is not open write to a state nothing commits.)
     pub fn restore_state(
         &self,
         key: &crate::source::PartitionKey,
-        changelog: &dyn crate::sink::Changelog,
+        changelog: Option<&dyn crate::sink::Changelog>,
     ) -> Result<crate::state::Restored, InstanceError> {
         let mut all = crate::state::Restored::default();
         for s in &self.stages {
             let Some(b) = &s.slot.spec.state else {
                 continue;
             };
-            let failed = |e: crate::state::StoreError| InstanceError::State {
-                stage: s.slot.spec.name.to_string(),
-                reason: e.to_string(),
-            };
-            let r = b
-                .partition(key)
-                .map_err(failed)?
-                .restore(changelog)
-                .map_err(failed)?;
-            all.records += r.records;
-            all.rebuilt |= r.rebuilt;
+            let failed = state_error(&s.slot.spec.name);
+            let part = b.partition(key).map_err(&failed)?;
+            if let Some(changelog) = changelog {
+                let r = part.restore(changelog).map_err(&failed)?;
+                all.records += r.records;
+                all.rebuilt |= r.rebuilt;
+            }
         }
         Ok(all)
     }
@@ -357,10 +338,7 @@ impl Chain {
         for s in &self.stages {
             if let Some(b) = &s.slot.spec.state {
                 let key = crate::source::PartitionKey::new(&lane.topic, lane.partition);
-                parts.push(b.current(&key).map_err(|e| InstanceError::State {
-                    stage: s.slot.spec.name.to_string(),
-                    reason: e.to_string(),
-                })?);
+                parts.push(b.current(&key).map_err(state_error(&s.slot.spec.name))?);
             }
         }
         Ok(parts)
@@ -512,5 +490,13 @@ impl Chain {
                 sandbox: s.instance.stats.clone(),
             })
             .collect()
+    }
+}
+
+/// A stage's state store failed: the chain's error naming the stage.
+fn state_error(stage: &str) -> impl Fn(crate::state::StoreError) -> InstanceError + '_ {
+    move |e| InstanceError::State {
+        stage: stage.to_owned(),
+        reason: e.to_string(),
     }
 }

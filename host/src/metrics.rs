@@ -423,6 +423,9 @@ impl Metrics {
     ) {
         last.resize(stages.len(), (0, 0));
         for ((name, bytes, recycled), prev) in stages.zip(last.iter_mut()) {
+            if (bytes, recycled) == *prev {
+                continue; // the usual batch: no label lookups
+            }
             let g = self.stage_memory.with_label_values(&[name]);
             g.add(bytes as i64 - prev.0 as i64);
             let peak = self.stage_memory_peak.with_label_values(&[name]);

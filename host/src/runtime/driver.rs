@@ -337,7 +337,8 @@ impl Driver {
         true
     }
 
-    /// Brings the state of newly added lanes up to their changelogs (after their producers
+    /// Opens the state of newly added lanes and brings it up to their changelogs, when there
+    /// are some (after their producers
     /// opened, exactly-once: that fences the old owner and aborts what it left open, so a
     /// `read_committed` restore reads to the end). The lane's first batch waits for it.
     /// False when a store cannot be restored (the run stops).
@@ -349,32 +350,25 @@ impl Driver {
                 continue;
             }
             let key = l.key.clone();
-            let Some(changelog) = &changelog else {
-                // No changelog (a local source): the store is the state; open it.
-                if let Err(source) = self.s.chain.open_state(&key) {
-                    tracing::error!(partition = %key, "{source}; stopping");
-                    let _ = self
-                        .s
-                        .events
-                        .send(DriverEvent::Error(DriverError::Instance { key, source }));
-                    return false;
-                }
-                self.lanes[i].restored = true;
-                continue;
-            };
             let m = &self.s.metrics;
-            m.state_restoring.inc();
+            if changelog.is_some() {
+                m.state_restoring.inc();
+            }
             let t0 = Instant::now();
-            let r = self.s.chain.restore_state(&key, &**changelog);
-            m.state_restoring.dec();
+            let r = self.s.chain.restore_state(&key, changelog.as_deref());
+            if changelog.is_some() {
+                m.state_restoring.dec();
+            }
             match r {
                 Ok(r) => {
-                    m.state_restored.inc_by(r.records);
-                    let secs = t0.elapsed().as_secs_f64();
-                    tracing::info!(partition = %key, records = r.records, rebuilt = r.rebuilt,
-                        ms = (secs * 1e3) as u64,
-                        records_per_s = (r.records as f64 / secs.max(1e-6)) as u64,
-                        "state restored from the changelog");
+                    if changelog.is_some() {
+                        m.state_restored.inc_by(r.records);
+                        let secs = t0.elapsed().as_secs_f64();
+                        tracing::info!(partition = %key, records = r.records, rebuilt = r.rebuilt,
+                            ms = (secs * 1e3) as u64,
+                            records_per_s = (r.records as f64 / secs.max(1e-6)) as u64,
+                            "state restored from the changelog");
+                    }
                     self.lanes[i].restored = true;
                 }
                 Err(source) => {

@@ -228,7 +228,8 @@ pub struct ChangeRecord {
 /// changelog topic and partition, `(tag, offset)` in acknowledgement order.
 #[derive(Debug, Default)]
 pub struct ChangelogAcks {
-    acked: Mutex<HashMap<(Arc<str>, i32), AckQueue>>,
+    /// By topic (looked up by `&str`: a delivery allocates nothing), then partition.
+    acked: Mutex<HashMap<Arc<str>, HashMap<i32, AckQueue>>>,
 }
 
 /// `(tag, offset)` of acknowledged records, in acknowledgement order.
@@ -238,20 +239,19 @@ impl ChangelogAcks {
     /// A record of the write tagged `tag` is at `offset` of `topic`'s `partition`.
     pub fn acked(&self, topic: &str, partition: i32, tag: i64, offset: i64) {
         let mut a = self.acked.lock().unwrap_or_else(|p| p.into_inner());
-        match a.get_mut(&(Arc::<str>::from(topic), partition)) {
-            Some(q) => q.push_back((tag, offset)),
-            None => {
-                a.insert((topic.into(), partition), [(tag, offset)].into());
-            }
-        }
+        let parts = match a.get_mut(topic) {
+            Some(parts) => parts,
+            None => a.entry(topic.into()).or_default(),
+        };
+        parts.entry(partition).or_default().push_back((tag, offset));
     }
 
     /// The offset after the last acknowledged record of the writes tagged below `next`,
     /// taking them out; `None` when there is none. It stops at the first record tagged
     /// `next` or later, so a record acknowledged out of order only holds the answer back.
-    pub fn settled_below(&self, topic: &Arc<str>, partition: i32, next: i64) -> Option<i64> {
+    pub fn settled_below(&self, topic: &str, partition: i32, next: i64) -> Option<i64> {
         let mut a = self.acked.lock().unwrap_or_else(|p| p.into_inner());
-        let q = a.get_mut(&(topic.clone(), partition))?;
+        let q = a.get_mut(topic)?.get_mut(&partition)?;
         let mut last = None;
         while let Some(&(tag, offset)) = q.front() {
             if tag >= next {
@@ -264,9 +264,11 @@ impl ChangelogAcks {
     }
 
     /// Forgets `partition` of `topic` (it left this process).
-    pub fn forget(&self, topic: &Arc<str>, partition: i32) {
+    pub fn forget(&self, topic: &str, partition: i32) {
         let mut a = self.acked.lock().unwrap_or_else(|p| p.into_inner());
-        a.remove(&(topic.clone(), partition));
+        if let Some(parts) = a.get_mut(topic) {
+            parts.remove(&partition);
+        }
     }
 }
 

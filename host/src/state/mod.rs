@@ -473,8 +473,6 @@ impl PartitionState {
             })
             .collect();
         self.store.apply(&self.key, &changes, &g.checkpoint)?;
-        drop(changes);
-        drop(seen);
         for e in entries {
             if let Some(cached) = g.cache.get_mut(&e.slot) {
                 *cached = e.value;
