@@ -137,6 +137,7 @@ fn rollout(c: &mut Criterion) {
     let lane = weir::message::Lane {
         topic: "bench".into(),
         partition: 1,
+        generation: 0,
     };
     let cfg = [("field", "status"), ("equals", "paid")];
     let plugin = Arc::new(

@@ -84,6 +84,7 @@ fn state_batch(c: &mut Criterion) {
     let lane = Lane {
         topic: "in".into(),
         partition: 0,
+        generation: 0,
     };
     let key = PartitionKey::new("in", 0);
     let keys = knob("WEIR_BENCH_STATE_KEYS", KEYS as u64) as usize;
@@ -116,7 +117,7 @@ fn state_batch(c: &mut Criterion) {
         }
         // As a driver does when the lane is assigned.
         chain
-            .restore_state(&key, None)
+            .restore_state(&key, 0, None)
             .expect("the partition's state opens");
         let (done_tx, done_rx) = crossbeam_channel::unbounded();
         let mut next: i64 = 0;
@@ -180,6 +181,7 @@ fn state_restore(c: &mut Criterion) {
     let lane = Lane {
         topic: "in".into(),
         partition: 0,
+        generation: 0,
     };
     let key = PartitionKey::new("in", 0);
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
@@ -213,7 +215,11 @@ fn state_restore(c: &mut Criterion) {
                 let empty = tempfile::tempdir().expect("dir");
                 let reg =
                     StateRegistry::open_specs(empty.path(), vec![spec.clone()]).expect("store");
-                let part = reg.stage("m").unwrap().partition(&key).expect("partition");
+                let part = reg
+                    .stage("m")
+                    .unwrap()
+                    .partition(&key, 0)
+                    .expect("partition");
                 let t0 = Instant::now();
                 let r = part.restore(&log).expect("restored");
                 took += t0.elapsed();
@@ -226,7 +232,11 @@ fn state_restore(c: &mut Criterion) {
     let full = tempfile::tempdir().expect("dir");
     {
         let reg = StateRegistry::open_specs(full.path(), vec![spec.clone()]).expect("store");
-        let part = reg.stage("m").unwrap().partition(&key).expect("partition");
+        let part = reg
+            .stage("m")
+            .unwrap()
+            .partition(&key, 0)
+            .expect("partition");
         part.restore(&log).expect("restored");
         let store = reg.stage("m").unwrap().store().clone();
         let mut cp = store.checkpoint(&key).expect("checkpoint");
@@ -255,7 +265,11 @@ fn state_restore(c: &mut Criterion) {
                 let t0 = Instant::now();
                 let reg =
                     StateRegistry::open_specs(full.path(), vec![spec.clone()]).expect("store");
-                let part = reg.stage("m").unwrap().partition(&key).expect("partition");
+                let part = reg
+                    .stage("m")
+                    .unwrap()
+                    .partition(&key, 0)
+                    .expect("partition");
                 let r = part.restore(&log).expect("restored");
                 took += t0.elapsed();
                 assert_eq!(r.records, 0, "nothing to re-read");

@@ -79,5 +79,6 @@ pub fn lane() -> Lane {
     Lane {
         topic: "bench".into(),
         partition: 0,
+        generation: 0,
     }
 }

@@ -311,6 +311,7 @@ impl Chain {
     pub fn restore_state(
         &self,
         key: &crate::source::PartitionKey,
+        generation: u64,
         changelog: Option<&dyn crate::sink::Changelog>,
     ) -> Result<crate::state::Restored, InstanceError> {
         let mut all = crate::state::Restored::default();
@@ -319,7 +320,7 @@ impl Chain {
                 continue;
             };
             let failed = state_error(&s.slot.spec.name);
-            let part = b.partition(key).map_err(&failed)?;
+            let part = b.partition(key, generation).map_err(&failed)?;
             if let Some(changelog) = changelog {
                 let r = part.restore(changelog).map_err(&failed)?;
                 all.records += r.records;
@@ -338,7 +339,10 @@ impl Chain {
         for s in &self.stages {
             if let Some(b) = &s.slot.spec.state {
                 let key = crate::source::PartitionKey::new(&lane.topic, lane.partition);
-                parts.push(b.current(&key).map_err(state_error(&s.slot.spec.name))?);
+                parts.push(
+                    b.current(&key, lane.generation)
+                        .map_err(state_error(&s.slot.spec.name))?,
+                );
             }
         }
         Ok(parts)

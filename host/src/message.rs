@@ -54,6 +54,9 @@ pub struct Lane {
     pub topic: Arc<str>,
     /// Source partition.
     pub partition: i32,
+    /// The assignment generation the lane was read in (a partition assigned again is a new
+    /// lane): a stateful stage writes to the state of this generation only.
+    pub generation: u64,
 }
 
 /// A message in flight with the source offset it descends from. Everything a stage emits

@@ -249,6 +249,7 @@ fn on_kafka_a_canary_of_half_the_lanes_or_keys_answers_each_message_once_in_orde
             let lane = Lane {
                 topic: "in".into(),
                 partition: (i % 4) as i32,
+                generation: 0,
             };
             let env = Envelope {
                 offset: 0,

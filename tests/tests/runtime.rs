@@ -135,7 +135,16 @@ impl Shared {
 
     /// Acknowledges (or fails) every held record.
     fn release(&self) {
-        let held = std::mem::take(&mut self.world().held);
+        self.release_first(usize::MAX);
+    }
+
+    /// Acknowledges (or fails) the first `n` held records (and every held changelog record).
+    fn release_first(&self, n: usize) {
+        let held: Vec<_> = {
+            let mut w = self.world();
+            let n = n.min(w.held.len());
+            w.held.drain(..n).collect()
+        };
         let changes = std::mem::take(&mut self.world().held_changes);
         let fail = self.fail_acks.load(Ordering::SeqCst);
         let eos = self.eos.load(Ordering::SeqCst);
@@ -260,6 +269,8 @@ enum Step {
     /// The sink holds (true) or acknowledges (false) from now on; releasing acknowledges
     /// what it held.
     Stall(bool),
+    /// The sink acknowledges the first this many records it holds (and goes on holding).
+    AckFirst(usize),
     /// The sink's acknowledgements fail from now on.
     FailAcks,
     /// The sink's next write panics (in the driver thread that calls it).
@@ -379,6 +390,7 @@ impl FakeSource {
                         self.shared.release();
                     }
                 }
+                Step::AckFirst(n) => self.shared.release_first(n),
                 Step::FailAcks => self.shared.fail_acks.store(true, Ordering::SeqCst),
                 Step::PanicInSink => self.shared.panic.store(true, Ordering::SeqCst),
                 Step::Until(cond) => {
@@ -1634,6 +1646,62 @@ fn state_fail_trap_and_timeout_in_the_middle_of_a_batch_leave_no_writes_of_undel
         );
         assert_eq!(stored_counts(&b, &p(0)), expected, "{values:?}");
     }
+}
+
+#[test]
+fn state_a_commit_never_splits_a_batch_call_whose_writes_belong_to_all_its_messages() {
+    // One packed call answers ten messages and writes once for all of them; the sink
+    // acknowledges five, then the partition is revoked: a commit at 5 would put the call's
+    // writes on neither side (the store at checkpoint 5 without them; the next owner
+    // counting from 5). The commit stays at the call's first offset, and the next owner
+    // runs the ten again.
+    let shared = Shared::new();
+    let dir = tempfile::tempdir().unwrap();
+    with_state(&shared, dir.path(), false);
+    let mut opts = options();
+    opts.revoke_timeout = Duration::from_millis(50);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        opts,
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(4)),
+            Step::Until(|w| w.delivered.len() == 4),
+            Step::Stall(true),
+            Step::Append(p(0), oks(10)),
+            Step::Until(|w| w.held.len() == 10),
+            Step::AckFirst(5),
+            Step::Revoke(vec![p(0)]),
+            Step::Stall(false),
+            Step::Assign(vec![p(0)]),
+            Step::Close(vec![p(0)]),
+        ],
+        None,
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    let revoke_commit = w
+        .commits
+        .iter()
+        .find(|(_, _, sync)| *sync)
+        .map(|(_, o, _)| *o);
+    assert_eq!(
+        revoke_commit,
+        Some(4),
+        "the revoke commits before the call, not inside it: {:?}",
+        w.commits
+    );
+    let log = w.logs[&p(0)].clone();
+    drop(w);
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    assert_eq!(
+        stored_counts(&b, &p(0)),
+        fold(&log),
+        "every message counted once"
+    );
 }
 
 #[test]

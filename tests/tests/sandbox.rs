@@ -268,6 +268,7 @@ fn forged(
     let lane = Lane {
         topic: "t".into(),
         partition: 0,
+        generation: 0,
     };
     let (mut answers, mut traps) = (Vec::new(), Vec::new());
     let mut offset = 0i64;

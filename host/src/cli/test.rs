@@ -95,6 +95,7 @@ pub fn test(args: &TestArgs) -> ExitCode {
     let lane = Lane {
         topic: "test".into(),
         partition: 0,
+        generation: 0,
     };
     // One message per call, so every outcome (traps included) is attributed exactly.
     let mut failed = None;

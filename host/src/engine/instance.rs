@@ -255,10 +255,10 @@ impl StageInstance {
         }
         self.part = match &self.spec.state {
             None => None,
-            Some(s) => match s.current(&crate::source::PartitionKey::new(
-                &lane.topic,
-                lane.partition,
-            )) {
+            Some(s) => match s.current(
+                &crate::source::PartitionKey::new(&lane.topic, lane.partition),
+                lane.generation,
+            ) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     return Err(InstanceError::State {
@@ -430,7 +430,11 @@ impl StageInstance {
         };
         // The call's writes belong to the messages it answered, up to its last one.
         if let Some(last) = reader.len().checked_sub(1) {
-            self.live.store.data_mut().kv.end_call(batch[last].offset);
+            self.live
+                .store
+                .data_mut()
+                .kv
+                .end_call(batch[0].offset, batch[last].offset);
         }
         let max = self.spec.max_output;
         out.reserve(batch.len());
@@ -515,7 +519,11 @@ impl StageInstance {
             Ok(o) => o,
             Err(e) => return Err(self.describe(&e)),
         };
-        self.live.store.data_mut().kv.end_call(env.offset);
+        self.live
+            .store
+            .data_mut()
+            .kv
+            .end_call(env.offset, env.offset);
         let verdict = match outcome {
             WitOutcome::Keep => Verdict::Keep,
             WitOutcome::Next(msgs) => {

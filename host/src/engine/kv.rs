@@ -72,10 +72,10 @@ impl Kv {
         }
     }
 
-    /// The call returned: its writes join the chain run in progress, tagged `tag` (the last
-    /// offset the call answered). A throw-away instance keeps them to itself until the next
-    /// batch.
-    pub fn end_call(&mut self, tag: i64) {
+    /// The call returned: its writes join the chain run in progress, as the writes of the
+    /// messages `first..=tag` (the offsets the call answered). A throw-away instance keeps
+    /// them to itself until the next batch.
+    pub fn end_call(&mut self, first: i64, tag: i64) {
         if self.throwaway {
             return;
         }
@@ -83,7 +83,7 @@ impl Kv {
         let writes = std::mem::take(&mut self.writes);
         if let Some(p) = &self.part {
             if !writes.is_empty() {
-                p.add_call(tag, writes);
+                p.add_call(first, tag, writes);
             }
         }
     }

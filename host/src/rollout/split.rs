@@ -58,6 +58,7 @@ mod tests {
         let lane = Lane {
             topic: "t".into(),
             partition: 0,
+            generation: 0,
         };
         let n = (0..10_000)
             .filter(|i| {

@@ -355,7 +355,10 @@ impl Driver {
                 m.state_restoring.inc();
             }
             let t0 = Instant::now();
-            let r = self.s.chain.restore_state(&key, changelog.as_deref());
+            let r = self
+                .s
+                .chain
+                .restore_state(&key, l.generation, changelog.as_deref());
             if changelog.is_some() {
                 m.state_restoring.dec();
             }
@@ -487,6 +490,7 @@ impl Driver {
                 lane: Lane {
                     topic: key.topic.clone(),
                     partition: key.partition,
+                    generation,
                 },
                 key,
                 generation,

@@ -287,17 +287,26 @@ impl Core {
         for (t, ps) in &self.lanes {
             for (p, lane) in ps {
                 if let Some(w) = &lane.watermark {
-                    out.push((
-                        PartitionKey {
-                            topic: t.clone(),
-                            partition: *p,
-                        },
-                        w.committable(),
-                    ));
+                    let key = PartitionKey {
+                        topic: t.clone(),
+                        partition: *p,
+                    };
+                    let next = self.commit_point(&key, w.committable());
+                    out.push((key, next));
                 }
             }
         }
         out
+    }
+
+    /// `next`, or below it the first offset of a stateful stage's call that answered
+    /// messages on both sides of it: a call's writes belong to all its messages, so a commit
+    /// never splits one (the messages above the commit run again, with the call's writes).
+    fn commit_point(&self, key: &PartitionKey, next: i64) -> i64 {
+        match &self.state {
+            Some(s) => s.commit_point(key, next),
+            None => next,
+        }
     }
 
     /// Sets `weir_consumer_lag` for every owned partition: its end (as the source last saw
@@ -403,7 +412,7 @@ impl Core {
                 self.in_flight -= lane.bytes.iter().map(|(_, b)| b).sum::<usize>();
                 self.drivers[lane.driver].lanes -= 1;
                 if let Some(w) = &lane.watermark {
-                    commit.push((k.clone(), w.committable()));
+                    commit.push((k.clone(), self.commit_point(k, w.committable())));
                 }
             }
         }
@@ -421,6 +430,16 @@ impl Handler for Core {
         for k in keys {
             self.next_generation += 1;
             let generation = self.next_generation;
+            let again = self
+                .lanes
+                .get(&k.topic)
+                .is_some_and(|ps| ps.contains_key(&k.partition));
+            if let (true, Some(s)) = (again, &self.state) {
+                // Assigned again without a revoke: nothing of the old lane is committed now,
+                // so its stages' writes are dropped (before the new lane's driver opens the
+                // partition's state again).
+                s.release(k);
+            }
             let Some(driver) = (0..self.drivers.len())
                 .filter(|&d| self.drivers[d].alive)
                 .min_by_key(|&d| self.drivers[d].lanes)

@@ -15,6 +15,9 @@ pub type SlotMap<V> = HashMap<Slot, V, foldhash::fast::RandomState>;
 /// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The first source offset of the call that made the write: the write belongs to every
+    /// message of the call, so no commit may fall between `first` and `tag`.
+    pub first: i64,
     /// The source offset whose outcome the write belongs to (a batch call's last offset).
     pub tag: i64,
     /// Which bucket and key.
@@ -45,6 +48,20 @@ impl Log {
         let seq = *self.latest.get(slot)?;
         let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
         Some(e.value.as_deref())
+    }
+
+    /// The offset to commit instead of `next` so that no call is split: the first offset of
+    /// the earliest call with a write that answered messages on both sides of `next`
+    /// (`next` itself when there is none). Tags never decrease, so those calls come right
+    /// after the writes tagged below `next`.
+    pub fn commit_point(&self, next: i64) -> i64 {
+        let at = self.entries.partition_point(|e| e.tag < next);
+        self.entries
+            .range(at..)
+            .take_while(|e| e.first < next)
+            .map(|e| e.first)
+            .min()
+            .map_or(next, |f| f.min(next))
     }
 
     /// Removes and returns the writes tagged below `next`, oldest first (tags never decrease).
@@ -117,10 +134,38 @@ mod tests {
 
     fn e(tag: i64, k: &str, v: Option<&str>) -> Entry {
         Entry {
+            first: tag,
             tag,
             slot: (0, k.into()),
             value: v.map(|v| v.as_bytes().to_vec()),
         }
+    }
+
+    #[test]
+    fn a_commit_point_never_splits_a_call() {
+        let mut l = Log::default();
+        let call = |first, tag, k: &str| Entry {
+            first,
+            tag,
+            slot: (0, k.into()),
+            value: Some(b"v".to_vec()),
+        };
+        l.push(call(0, 9, "a"));
+        l.push(call(10, 19, "a"));
+        l.push(call(10, 19, "b"));
+        l.push(call(20, 29, "c"));
+        assert_eq!(l.commit_point(10), 10, "between two calls");
+        assert_eq!(l.commit_point(15), 10, "inside the second call");
+        assert_eq!(l.commit_point(20), 20);
+        assert_eq!(
+            l.commit_point(29),
+            20,
+            "the last message of a call is not done yet"
+        );
+        assert_eq!(l.commit_point(30), 30);
+        assert_eq!(l.commit_point(5), 0, "inside the first call");
+        l.drain_below(20);
+        assert_eq!(l.commit_point(25), 20, "after a drain");
     }
 
     #[test]

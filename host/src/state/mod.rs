@@ -119,6 +119,9 @@ pub fn decode(stored: &[u8]) -> (i64, &[u8]) {
 pub struct PartitionState {
     /// The partition.
     pub key: PartitionKey,
+    /// The assignment generation that opened it (a detached state: the generation of the run
+    /// that made it).
+    generation: u64,
     spec: Arc<StateSpec>,
     store: Arc<StageStore>,
     inner: Mutex<Inner>,
@@ -225,6 +228,7 @@ impl PartitionState {
                 };
                 if written < cutoff {
                     g.batch.push(Entry {
+                        first: tag,
                         tag,
                         slot,
                         value: None,
@@ -292,12 +296,31 @@ impl PartitionState {
         Ok((keys, next))
     }
 
-    /// A call that returned: its writes join the chain run in progress, tagged `tag`.
-    pub fn add_call(&self, tag: i64, writes: impl IntoIterator<Item = (Slot, Option<Vec<u8>>)>) {
+    /// A call that returned, on messages `first..=tag`: its writes join the chain run in
+    /// progress.
+    pub fn add_call(
+        &self,
+        first: i64,
+        tag: i64,
+        writes: impl IntoIterator<Item = (Slot, Option<Vec<u8>>)>,
+    ) {
         let mut g = self.lock();
         for (slot, value) in writes {
-            g.batch.push(Entry { tag, slot, value });
+            g.batch.push(Entry {
+                first,
+                tag,
+                slot,
+                value,
+            });
         }
+    }
+
+    /// The offset at or below `next` that a commit may take without splitting a call whose
+    /// writes are pending (a batch call's writes belong to all its messages: a commit
+    /// between them would keep the writes of the messages above it out of the store, or put
+    /// those of messages not yet done in).
+    pub fn commit_point(&self, next: i64) -> i64 {
+        self.lock().pending.commit_point(next)
     }
 
     /// Whether the chain run in progress wrote anything.
@@ -497,33 +520,57 @@ pub struct StageBuckets {
 }
 
 impl StageBuckets {
-    /// The stage's state for partition `key`, opened from the store when new here: the
-    /// partition is this process's now (a lane's assignment; [`Self::release`] ends it).
-    pub fn partition(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
+    /// The stage's state for partition `key` in assignment `generation`, opened from the
+    /// store when new here: the partition is this process's now (a lane's assignment;
+    /// [`Self::release`] ends it). A state left open by an earlier generation is closed first.
+    pub fn partition(
+        &self,
+        key: &PartitionKey,
+        generation: u64,
+    ) -> Result<Arc<PartitionState>, StoreError> {
         let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = parts.get(key) {
-            return Ok(p.clone());
+        match parts.get(key) {
+            Some(p) if p.generation == generation => return Ok(p.clone()),
+            Some(old) => {
+                // Assigned again without a release in between: what the old one committed
+                // goes to the store; the new one reads the store.
+                old.flush().map_err(|e| {
+                    tracing::warn!(stage = %self.spec.stage, partition = %key, "{e}");
+                    e
+                })?;
+            }
+            None => {}
         }
-        let p = self.detached(key)?;
+        let p = self.detached(key, generation)?;
         parts.insert(key.clone(), p.clone());
         Ok(p)
     }
 
-    /// The state a chain run on `key` writes to: the partition's, or, when the partition is
-    /// not (or no longer) this process's, a state of its own that nothing commits (a run
-    /// that raced a revoke: its messages are replayed by the next owner, so its writes must
-    /// not reach the store, nor a later assignment's state).
-    pub fn current(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
+    /// The state a chain run on `key` in assignment `generation` writes to: the partition's,
+    /// or, when the partition is not (or no longer, or again, in a later generation) this
+    /// process's, a state of its own that nothing commits. Such a run raced a revoke: its
+    /// messages are replayed by the next owner, so its writes must reach neither the store
+    /// nor the state of a later assignment (which another driver may be running).
+    pub fn current(
+        &self,
+        key: &PartitionKey,
+        generation: u64,
+    ) -> Result<Arc<PartitionState>, StoreError> {
         match self.owned(key) {
-            Some(p) => Ok(p),
-            None => self.detached(key),
+            Some(p) if p.generation == generation => Ok(p),
+            _ => self.detached(key, generation),
         }
     }
 
-    fn detached(&self, key: &PartitionKey) -> Result<Arc<PartitionState>, StoreError> {
+    fn detached(
+        &self,
+        key: &PartitionKey,
+        generation: u64,
+    ) -> Result<Arc<PartitionState>, StoreError> {
         let checkpoint = self.store.checkpoint(key)?;
         Ok(Arc::new(PartitionState {
             key: key.clone(),
+            generation,
             spec: self.spec.clone(),
             store: self.store.clone(),
             inner: Mutex::new(Inner {
@@ -650,6 +697,17 @@ impl StateRegistry {
     /// The buckets of stage `name`, when it declared state.
     pub fn stage(&self, name: &str) -> Option<Arc<StageBuckets>> {
         self.stages.iter().find(|s| s.spec.stage == name).cloned()
+    }
+
+    /// The offset at or below `next` that partition `key` may commit: none of its stages'
+    /// pending calls split (see [`PartitionState::commit_point`]).
+    pub fn commit_point(&self, key: &PartitionKey, next: i64) -> i64 {
+        self.stages
+            .iter()
+            .filter_map(|s| s.owned(key))
+            .map(|p| p.commit_point(next))
+            .min()
+            .map_or(next, |c| c.min(next))
     }
 
     /// The partition's offsets below `next` are committed: every stage's writes below it go
