@@ -408,11 +408,7 @@ type Churned = (Broker, Vec<(i32, String, String)>, Scratch, Vec<String>);
 /// twice (`kill -9`) with totals produced and not committed, then run again, stopped, and
 /// started with its state dir wiped; then the last 300 orders come, and it runs until every
 /// order came out.
-///
-/// (Three members joining and two leaving, with state, stalled tansu's group now and then
-/// under the full suite's load — no member was assigned for minutes — so group churn is
-/// covered in-process, `tests/tests/runtime.rs` `state_*`, and for outputs by
-/// `tests/tests/exactly_once.rs`.)
+/// (Group churn with state: `on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once`.)
 fn churn_with(delivery: &str) -> Churned {
     use std::time::{Duration, Instant};
     use weir_tests::kafka::{sigterm, spawn_weir, tansu, trickle, wait_ok};
@@ -512,6 +508,89 @@ fn churn_with(delivery: &str) -> Churned {
     sigterm(&c);
     wait_ok(c, "the last member", &s, &log);
     (b, orders, s, logs)
+}
+
+/// Group churn with state: three members, each with its own state dir, join one group one
+/// after another while orders keep coming, then two leave; each partition's state moves with
+/// it (restored from the changelog by the member it moves to, read_committed). Every
+/// customer's totals, in output order, are exactly the running sums of its orders. (Not on
+/// the mock cluster: it does not keep offsets committed in a transaction.)
+#[test]
+fn on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
+    use std::time::{Duration, Instant};
+    use weir_tests::kafka::{sigterm, spawn_weir, tansu, trickle, wait_ok};
+
+    let b = tansu(&[("in", 3), ("out", 3), ("dlq", 1)]);
+    let orders = customer_orders(1800);
+    let producer = trickle(&b, "in", orders.clone(), 60, Duration::from_millis(100));
+    let s = scratch!();
+    let group = "g-state";
+    for i in 0..3 {
+        let yaml = kafka_pipeline(
+            &b.bootstrap,
+            group,
+            &stateful("total", RUNNING_TOTAL, "{ buckets: [totals] }", &[]),
+            "",
+            &format!("  state_dir: state-{i}\ndelivery: exactly-once\n"),
+        )
+        .replace("report: report.json", &format!("report: report-{i}.json"));
+        s.write(&format!("p-{i}.yaml"), &yaml);
+    }
+    let evidence = || evidence::state(&b, &s, group, ("in", 3), &[("out", 3), ("dlq", 1)]);
+    let progress = |before: &[Option<i64>], log: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while b.committed(group, "in", 3) == before {
+            assert!(
+                Instant::now() < deadline,
+                "no commit after {log} joined, within 60 s: {}",
+                evidence()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let log = format!("member-{i}.log");
+        let before = b.committed(group, "in", 3);
+        members.push((spawn_weir(&s, &format!("p-{i}.yaml"), &log), log.clone()));
+        progress(&before, &log);
+    }
+    // Two leave mid-stream: their partitions, and the partitions' state, move to the last.
+    for _ in 0..2 {
+        let (c, log) = members.remove(0);
+        let before = b.committed(group, "in", 3);
+        sigterm(&c);
+        wait_ok(c, "a leaving member", &s, &log);
+        progress(&before, "a member left");
+    }
+    producer.join().expect("producer");
+    let (c, log) = members.remove(0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while b.read("out").len() < orders.len() {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} totals came out within 120 s: {}",
+            b.read("out").len(),
+            orders.len(),
+            evidence()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sigterm(&c);
+    wait_ok(c, "the last member", &s, &log);
+    let restored: usize = (0..3)
+        .map(|i| {
+            std::fs::read_to_string(s.path(&format!("member-{i}.log")))
+                .unwrap_or_default()
+                .matches("state restored from the changelog")
+                .count()
+        })
+        .sum();
+    assert!(
+        restored >= 5,
+        "partitions moved between members {restored} times (at least 3 + 2 expected)"
+    );
+    assert_exact_totals(&b, &orders, &s);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! the data it describes. A cache of the changelog (Kafka sources) or the state itself (local
 //! sources).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -67,9 +67,9 @@ pub struct StageStore {
     stage: String,
     db: Database,
     path: PathBuf,
-    /// Tables opened for reading, by name: a read transaction per key costs microseconds,
+    /// Tables opened for reading, by partition and bucket: a read transaction per key costs microseconds,
     /// so one is kept until a write transaction commits.
-    readers: std::sync::Mutex<std::collections::HashMap<String, Reader>>,
+    readers: std::sync::Mutex<HashMap<PartitionKey, HashMap<String, Reader>>>,
     /// Whether every commit is synced to disk. A store that is a cache of its changelog
     /// needs no sync per commit: after a crash it has an older consistent state (data and
     /// checkpoint together) and the restore catches it up. It is synced when dropped.
@@ -162,9 +162,14 @@ impl StageStore {
         bucket: &str,
         key: &str,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let name = table_name(bucket, part);
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if !readers.contains_key(&name) {
+        // Looked up without formatting the table's name (a read per message lands here).
+        let of_part = match readers.get_mut(part) {
+            Some(m) => m,
+            None => readers.entry(part.clone()).or_default(),
+        };
+        if !of_part.contains_key(bucket) {
+            let name = table_name(bucket, part);
             let def: TableDefinition<&str, &[u8]> = TableDefinition::new(&name);
             let r = self.db.begin_read().map_err(|e| self.io(e))?;
             let table = match r.open_table(def) {
@@ -172,9 +177,9 @@ impl StageStore {
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
                 Err(e) => return Err(self.io(e)),
             };
-            readers.insert(name.clone(), table);
+            of_part.insert(bucket.to_owned(), table);
         }
-        let Some(Some(t)) = readers.get(&name) else {
+        let Some(Some(t)) = of_part.get(bucket) else {
             return Ok(None);
         };
         let v = t.get(key).map_err(|e| self.io(e))?;
