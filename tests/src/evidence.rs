@@ -95,6 +95,28 @@ pub fn state(
     out
 }
 
+/// Waits (at most 60 s) until `group`'s committed offsets on `input` differ from `before`;
+/// otherwise fails saying what `what` was waiting for and [`state`] with `outputs`.
+pub fn wait_commit_progress(
+    broker: &Broker,
+    s: &Scratch,
+    group: &str,
+    input: (&str, i32),
+    outputs: &[(&str, i32)],
+    before: &[Option<i64>],
+    what: &str,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while broker.committed(group, input.0, input.1) == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no commit after {what}, within 60 s: {}",
+            state(broker, s, group, input, outputs)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The last [`TAIL`] lines of a file, under a heading naming it.
 pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(unreadable: {e})"));

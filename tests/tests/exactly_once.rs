@@ -92,15 +92,8 @@ fn assert_exactly_once(b: &Broker, s: &Scratch, group: &str, n: usize) {
 
 /// Waits until the group has committed something new (a transaction of this run).
 fn wait_commit_progress(b: &Broker, group: &str, before: &[Option<i64>], s: &Scratch, log: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while b.committed(group, "in", PARTS) == before {
-        assert!(
-            Instant::now() < deadline,
-            "no transaction committed by {log} within 60 s: {}",
-            evidence::state(b, s, group, ("in", PARTS), &[("out", PARTS), ("dlq", 1)])
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let outputs = [("out", PARTS), ("dlq", 1)];
+    evidence::wait_commit_progress(b, s, group, ("in", PARTS), &outputs, before, log);
 }
 
 #[test]

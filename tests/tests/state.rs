@@ -9,6 +9,9 @@ use weir_tests::kafka::{kafka_pipeline, Broker};
 use weir_tests::plugins::{DEDUP, MISBEHAVE, RUNNING_TOTAL};
 use weir_tests::{evidence, scratch, Scratch};
 
+/// The output topics of the Kafka pipelines here, for [`evidence::state`].
+const OUTPUTS: &[(&str, i32)] = &[("out", 3), ("dlq", 1)];
+
 fn stateful(name: &str, plugin: &str, state: &str, config: &[(&str, &str)]) -> String {
     let mut s = weir_tests::stage(name, plugin, config);
     s.push_str(&format!("    state: {state}\n"));
@@ -370,7 +373,7 @@ fn assert_exact_totals(b: &Broker, orders: &[(i32, String, String)], s: &Scratch
         panic!(
             "totals differ:\n{}\n{}",
             diff.join("\n"),
-            evidence::state(b, s, "g-state", ("in", 3), &[("out", 3), ("dlq", 1)])
+            evidence::state(b, s, "g-state", ("in", 3), OUTPUTS)
         );
     }
 }
@@ -396,7 +399,7 @@ fn on_tansu_at_least_once_totals_after_kill_9_and_a_wiped_state_dir_are_never_lo
         assert!(
             g >= *w,
             "{k}: total {g} is lower than the sum {w}: {}",
-            evidence::state(&b, &s, "g-state", ("in", 3), &[("out", 3), ("dlq", 1)])
+            evidence::state(&b, &s, "g-state", ("in", 3), OUTPUTS)
         );
     }
 }
@@ -435,15 +438,7 @@ fn churn_with(delivery: &str) -> Churned {
     .replace("commit_interval: 100ms", "commit_interval: 1s");
     s.write("p-0.yaml", &yaml);
     let progress = |before: &[Option<i64>], log: &str| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while b.committed(group, "in", 3) == before {
-            assert!(
-                Instant::now() < deadline,
-                "no commit by {log} within 60 s: {}",
-                evidence::state(&b, &s, group, ("in", 3), &[("out", 3), ("dlq", 1)])
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        evidence::wait_commit_progress(&b, &s, group, ("in", 3), OUTPUTS, before, log);
     };
     let mut logs = Vec::new();
     // 1. kill -9 twice, each time with totals produced and not committed.
@@ -481,7 +476,7 @@ fn churn_with(delivery: &str) -> Churned {
         assert!(
             Instant::now() < deadline,
             "the wiped member did not restore its 3 partitions within 120 s: {}",
-            evidence::state(&b, &s, group, ("in", 3), &[("out", 3), ("dlq", 1)])
+            evidence::state(&b, &s, group, ("in", 3), OUTPUTS)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -500,7 +495,7 @@ fn churn_with(delivery: &str) -> Churned {
                 orders.len(),
                 last_totals(&b),
                 sums(&orders),
-                evidence::state(&b, &s, group, ("in", 3), &[("out", 3), ("dlq", 1)])
+                evidence::state(&b, &s, group, ("in", 3), OUTPUTS)
             );
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -536,17 +531,9 @@ fn on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
         .replace("report: report.json", &format!("report: report-{i}.json"));
         s.write(&format!("p-{i}.yaml"), &yaml);
     }
-    let evidence = || evidence::state(&b, &s, group, ("in", 3), &[("out", 3), ("dlq", 1)]);
+    let evidence = || evidence::state(&b, &s, group, ("in", 3), OUTPUTS);
     let progress = |before: &[Option<i64>], log: &str| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while b.committed(group, "in", 3) == before {
-            assert!(
-                Instant::now() < deadline,
-                "no commit after {log} joined, within 60 s: {}",
-                evidence()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        evidence::wait_commit_progress(&b, &s, group, ("in", 3), OUTPUTS, before, log);
     };
     let mut members = Vec::new();
     for i in 0..3 {
