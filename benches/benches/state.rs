@@ -110,7 +110,7 @@ fn state_batch(c: &mut Criterion) {
             unreachable!()
         };
         let log = changelog
-            .then(|| KafkaChangelog::open(src, None, Default::default()).expect("producer"));
+            .then(|| KafkaChangelog::open(src, None, Default::default(), None).expect("producer"));
         if let Some(log) = &log {
             // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
             registry.set_cache_of_changelog(log.acks());
@@ -176,7 +176,7 @@ fn state_restore(c: &mut Criterion) {
         unreachable!()
     };
     let spec = StateSpec::of("bench", &cfg.stages[0]).expect("state");
-    let log = KafkaChangelog::open(src, None, Default::default()).expect("producer");
+    let log = KafkaChangelog::open(src, None, Default::default(), None).expect("producer");
     // The changelog: RECORDS writes of ~100-byte values over KEYS keys.
     let lane = Lane {
         topic: "in".into(),

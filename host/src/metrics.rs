@@ -78,11 +78,23 @@ pub struct Metrics {
     pub stage_memory_peak: IntGaugeVec,
     /// Instances replaced after reaching the stage's memory cap.
     pub stage_recycled: IntCounterVec,
+    /// Bytes librdkafka holds per client: producers' queues, the consumer's fetch queues.
+    pub kafka_queued_bytes: IntGaugeVec,
+    /// Records librdkafka holds per client (as `kafka_queued_bytes`).
+    pub kafka_queued_messages: IntGaugeVec,
     /// Set once the pipeline is consuming.
     pub ready: AtomicBool,
 }
 
 impl Metrics {
+    /// A Kafka client's share of `weir_kafka_queued_*{client}`.
+    pub fn queued(&self, client: &str) -> crate::kafka::queued::Queued {
+        crate::kafka::queued::Queued::new(
+            self.kafka_queued_bytes.with_label_values(&[client]),
+            self.kafka_queued_messages.with_label_values(&[client]),
+        )
+    }
+
     /// A fresh set in its own registry.
     pub fn new() -> Arc<Self> {
         let r = Registry::new();
@@ -133,6 +145,16 @@ impl Metrics {
                 "weir_stage_recycled_total",
                 "Instances replaced after reaching the stage's memory cap (limits.memory).",
                 &["stage"],
+            ),
+            kafka_queued_bytes: gauge_vec(
+                "weir_kafka_queued_bytes",
+                "Bytes librdkafka holds (from its statistics, every 5 s): a producer's queue of records not yet acknowledged, the consumer's prefetched records; client: source, sink, reject, transactions, changelog.",
+                &["client"],
+            ),
+            kafka_queued_messages: gauge_vec(
+                "weir_kafka_queued_messages",
+                "Records librdkafka holds (as weir_kafka_queued_bytes).",
+                &["client"],
             ),
             transactions: counter_vec(
                 "weir_transactions_total",

@@ -576,6 +576,11 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
             &format!("reject:\n  kafka:\n    brokers: {}", sink.bootstrap),
         );
     assert_eq!(yaml.matches(&sink.bootstrap).count(), 2, "{yaml}");
+    // librdkafka's statistics (the queued-bytes gauges) every 200 ms instead of 5 s.
+    let yaml = yaml.replace(
+        "    topic: out\n",
+        "    topic: out\n    properties: { statistics.interval.ms: 200 }\n",
+    );
     let s = scratch!();
     s.write("p.yaml", &yaml);
     sink.set_up(false);
@@ -599,7 +604,11 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(paused, "the partition paused while the sink was down");
+    assert!(
+        paused,
+        "the partition paused while the sink was down: {}",
+        weir_tests::evidence::tail(&s.path("stall.log"))
+    );
     let flow = |action: &str| {
         let body = scrape(port, "/metrics").1;
         gauge(
@@ -625,6 +634,23 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
         max_bytes >= (budget / 2) as f64 && max_bytes <= (budget + 2200) as f64,
         "in flight {max_bytes} within the budget {budget} (+ one message)"
     );
+    // What the sink's producer holds unacknowledged is on /metrics (issue 28).
+    let queued = "weir_kafka_queued_bytes{client=\"sink\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let body = scrape(port, "/metrics").1;
+        let held = gauge(&body, queued).unwrap_or(0.0);
+        if held >= (budget / 2) as f64 || Instant::now() > deadline {
+            break (held, body);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        held.0 >= (budget / 2) as f64 && held.0 <= (2 * budget) as f64,
+        "{queued} is {} while the sink holds about {max_bytes} bytes in flight:\n{}",
+        held.0,
+        held.1
+    );
     let committed = source.committed("g-stall", "in", 1);
     assert_eq!(
         committed[0].unwrap_or(0),
@@ -647,6 +673,11 @@ fn a_stalled_sink_pauses_consumption_keeps_bytes_under_the_budget_and_commits_no
     }
     std::thread::sleep(Duration::from_millis(300)); // one more commit tick for the gauge
     assert_eq!(gauge(&scrape(port, "/metrics").1, lag_metric), Some(0.0));
+    let body = scrape(port, "/metrics").1;
+    assert!(
+        gauge(&body, queued).is_some_and(|q| q < 3000.0),
+        "everything acknowledged, the sink's queue is empty again (one record may be on its way):\n{body}"
+    );
     assert!(flow("resume") >= 1.0, "resumed once the sink came back");
     sigterm(&c);
     wait_ok(c, "stalled-sink pipeline", &s, "stall.log");

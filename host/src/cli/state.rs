@@ -133,8 +133,9 @@ fn show(sel: &Select, key: Option<&String>) -> Result<(), String> {
                     .into(),
             );
         };
-        let changelog = crate::sink::changelog::KafkaChangelog::open(src, None, Default::default())
-            .map_err(|e| e.to_string())?;
+        let changelog =
+            crate::sink::changelog::KafkaChangelog::open(src, None, Default::default(), None)
+                .map_err(|e| e.to_string())?;
         let parts = crate::sink::changelog::KafkaChangelog::partitions(src, &spec.changelogs[0])?;
         for (i, bucket) in buckets {
             for p in &parts {

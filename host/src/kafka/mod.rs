@@ -9,5 +9,6 @@ pub mod embedded;
 pub mod fatal;
 pub mod group;
 pub mod preflight;
+pub mod queued;
 pub mod record;
 pub mod reset;

@@ -296,6 +296,7 @@ fn source(
     };
     let mut config: ClientConfig = super::client::consumer_config(k);
     config.set("log_level", "3");
+    super::queued::disable(&mut config);
     let consumer = BaseConsumer::from_config_and_context(&config, Capture::default())
         .map_err(client_err(name, "the client settings"))?;
     let capture = consumer.context();
@@ -400,6 +401,7 @@ fn sink(
     // Only metadata is asked for: an idempotent producer would also fetch a producer id.
     config.set("enable.idempotence", "false");
     config.set("log_level", "3");
+    super::queued::disable(&mut config);
     let producer: BaseProducer<Capture> =
         BaseProducer::from_config_and_context(&config, Capture::default())
             .map_err(client_err(name, "the client settings"))?;
@@ -495,6 +497,7 @@ fn transactions(
     let id = format!("{prefix}.preflight");
     config.set("transactional.id", &id);
     config.set("log_level", "3");
+    super::queued::disable(&mut config);
     let producer: BaseProducer<Capture> =
         BaseProducer::from_config_and_context(&config, Capture::default())
             .map_err(client_err(name, "the client settings"))?;

@@ -48,6 +48,7 @@ pub fn reset(
 ) -> Result<Vec<Moved>, ClientFailure> {
     let mut config = super::client::consumer_config(k);
     config.set("log_level", "3");
+    super::queued::disable(&mut config);
     let consumer = BaseConsumer::from_config_and_context(&config, Capture::default())
         .map_err(kafka_failure("the client settings"))?;
     if let Ok(groups) = consumer.fetch_group_list(Some(&k.group), timeout) {

@@ -200,7 +200,7 @@ fn changelog_for(
     cfg: &PipelineConfig,
     chains: &[Chain],
     txns: Option<Arc<KafkaTransactions>>,
-    fatal: Arc<crate::kafka::fatal::FatalSlot>,
+    (fatal, metrics): (Arc<crate::kafka::fatal::FatalSlot>, &Metrics),
 ) -> Result<Option<Arc<dyn Changelog>>, StartError> {
     let crate::config::SourceConfig::Kafka(src) = &cfg.source else {
         return Ok(None);
@@ -211,7 +211,8 @@ fn changelog_for(
     let topics = state.changelog_topics();
     crate::sink::changelog::KafkaChangelog::ensure_topics(src, &topics)
         .map_err(StartError::Changelog)?;
-    let c = crate::sink::changelog::KafkaChangelog::open(src, txns, fatal)?;
+    let queued = metrics.queued("changelog");
+    let c = crate::sink::changelog::KafkaChangelog::open(src, txns, fatal, Some(queued))?;
     Ok(Some(Arc::new(c)))
 }
 
@@ -346,7 +347,12 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
             )
         }
     };
-    let changelog = changelog_for(cfg, &chains, txns_for_changelog, fatal_for_changelog)?;
+    let changelog = changelog_for(
+        cfg,
+        &chains,
+        txns_for_changelog,
+        (fatal_for_changelog, &metrics),
+    )?;
     let reloader = Reloader::start(
         engine.clone(),
         slots.clone(),

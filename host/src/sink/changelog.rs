@@ -39,9 +39,16 @@ const CREATE: Duration = Duration::from_secs(10);
 pub struct ChangelogContext {
     fatal: Arc<FatalSlot>,
     acks: Arc<ChangelogAcks>,
+    /// Its queue's share of `weir_kafka_queued_*{client="changelog"}` (none: not counted).
+    queued: Option<crate::kafka::queued::Queued>,
 }
 
 impl ClientContext for ChangelogContext {
+    fn stats(&self, s: rdkafka::statistics::Statistics) {
+        if let Some(q) = &self.queued {
+            q.producer(&s);
+        }
+    }
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
         crate::kafka::client::log(level, fac, msg);
     }
@@ -108,11 +115,13 @@ pub struct KafkaChangelog {
 
 impl KafkaChangelog {
     /// Changelogs on `src`'s cluster, written by a plain producer (at-least-once) or by the
-    /// partitions' transactional producers in `txns` (exactly-once).
+    /// partitions' transactional producers in `txns` (exactly-once). The plain producer's
+    /// queue counts in `queued`.
     pub fn open(
         src: &KafkaSource,
         txns: Option<Arc<KafkaTransactions>>,
         fatal: Arc<FatalSlot>,
+        queued: Option<crate::kafka::queued::Queued>,
     ) -> Result<Self, SinkError> {
         let mut consumer = crate::kafka::client::consumer_config(src);
         consumer
@@ -131,15 +140,20 @@ impl KafkaChangelog {
         // librdkafka's assign needs a group id; the restore consumer never joins or commits.
         consumer.set("group.id", format!("{}.weir-restore", src.group));
         consumer.remove("partition.assignment.strategy");
+        crate::kafka::queued::disable(&mut consumer);
         let acks = Arc::new(ChangelogAcks::default());
         let writer = match txns {
             Some(t) => Writer::Transactional(t),
             None => {
                 let mut p = producer_settings(src);
                 p.set("acks", "all").set("enable.idempotence", "true");
+                if queued.is_some() {
+                    crate::kafka::queued::enable(&mut p);
+                }
                 let context = ChangelogContext {
                     fatal,
                     acks: acks.clone(),
+                    queued,
                 };
                 let producer =
                     ThreadedProducer::from_config_and_context(&p, context).map_err(|source| {

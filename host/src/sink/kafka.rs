@@ -26,9 +26,14 @@ pub struct DeliveryContext {
     produced: prometheus::IntCounter,
     /// Which client this is (`kafka sink`, `kafka reject path`) and the run's fatal slot.
     fatal: (&'static str, Arc<FatalSlot>),
+    /// Its queue's share of `weir_kafka_queued_*`.
+    queued: crate::kafka::queued::Queued,
 }
 
 impl ClientContext for DeliveryContext {
+    fn stats(&self, s: rdkafka::statistics::Statistics) {
+        self.queued.producer(&s);
+    }
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
         crate::kafka::client::log(level, fac, msg);
     }
@@ -68,16 +73,18 @@ impl KafkaSink {
     /// retrying cannot heal go to the run's fatal slot.
     pub fn open(
         cfg: &KafkaSinkConfig,
-        produced: prometheus::IntCounter,
+        (produced, queued): (prometheus::IntCounter, crate::kafka::queued::Queued),
         (role, fatal): (Role, Arc<FatalSlot>),
     ) -> Result<Self, SinkError> {
-        let client = crate::kafka::client::producer_config(cfg);
+        let mut client = crate::kafka::client::producer_config(cfg);
+        crate::kafka::queued::enable(&mut client);
         let producer = ThreadedProducer::from_config_and_context(
             &client,
             DeliveryContext {
                 acknowledged: AtomicU64::new(0),
                 produced,
                 fatal: (role.client_name(), fatal),
+                queued,
             },
         )
         .map_err(|source| SinkError::Kafka {

@@ -338,7 +338,13 @@ impl SinkConfig {
         Ok(match self {
             SinkConfig::Kafka(k) => Arc::new(kafka::KafkaSink::open(
                 k,
-                metrics.produced.with_label_values(&[role.label()]),
+                (
+                    metrics.produced.with_label_values(&[role.label()]),
+                    metrics.queued(match role {
+                        Role::Sink => "sink",
+                        Role::Rejects => "reject",
+                    }),
+                ),
                 (role, fatal),
             )?),
             other => Arc::new(line::LineSink::open(other)?),

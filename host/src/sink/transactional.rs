@@ -67,9 +67,14 @@ pub struct TxnContext {
     acked: Arc<Acked>,
     produced: [prometheus::IntCounter; 2],
     fatal: Arc<FatalSlot>,
+    /// This producer's queue's share of `weir_kafka_queued_*{client="transactions"}`.
+    queued: crate::kafka::queued::Queued,
 }
 
 impl ClientContext for TxnContext {
+    fn stats(&self, s: rdkafka::statistics::Statistics) {
+        self.queued.producer(&s);
+    }
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
         crate::kafka::client::log(level, fac, msg);
     }
@@ -127,6 +132,8 @@ pub struct KafkaTransactions {
     acked: Arc<Acked>,
     produced: [prometheus::IntCounter; 2],
     fatal: Arc<FatalSlot>,
+    /// Each partition producer gets its share of these gauges.
+    queued: crate::kafka::queued::Queued,
 }
 
 impl KafkaTransactions {
@@ -141,6 +148,7 @@ impl KafkaTransactions {
         fatal: Arc<FatalSlot>,
     ) -> Self {
         let mut client = crate::kafka::client::producer_config(sink);
+        crate::kafka::queued::enable(&mut client);
         let prefix = client
             .get("transactional.id")
             .map_or_else(|| format!("weir.{group}"), str::to_owned);
@@ -158,6 +166,7 @@ impl KafkaTransactions {
                 metrics.produced.with_label_values(&[Role::Rejects.label()]),
             ],
             fatal,
+            queued: metrics.queued("transactions"),
         }
     }
 
@@ -269,6 +278,7 @@ impl Transactions for KafkaTransactions {
                 acked: self.acked.clone(),
                 produced: self.produced.clone(),
                 fatal: self.fatal.clone(),
+                queued: self.queued.another(),
             },
         )
         .map_err(|e| txn_error(key, "open", e))?;

@@ -52,9 +52,14 @@ pub struct SourceContext {
     /// The subscription has `^patterns`: a topic going away is not fatal (see
     /// [`PatternWatch`]).
     patterns: bool,
+    /// The fetch queues' share of `weir_kafka_queued_*`.
+    queued: crate::kafka::queued::Queued,
 }
 
 impl ClientContext for SourceContext {
+    fn stats(&self, s: rdkafka::statistics::Statistics) {
+        self.queued.consumer(&s);
+    }
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
         crate::kafka::client::log(level, fac, msg);
     }
@@ -218,6 +223,7 @@ impl KafkaSource {
         if cfg.stop_at_end {
             client.set("enable.partition.eof", "true");
         }
+        crate::kafka::queued::enable(&mut client);
         let consumer = BaseConsumer::from_config_and_context(
             &client,
             SourceContext {
@@ -225,6 +231,7 @@ impl KafkaSource {
                 closing: AtomicBool::new(false),
                 fatal: fatal.clone(),
                 patterns: cfg.topics.iter().any(|t| crate::config::is_pattern(t)),
+                queued: metrics.queued("source"),
             },
         )
         .map_err(kafka(format!("consumer for group `{}`", cfg.group)))?;

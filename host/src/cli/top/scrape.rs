@@ -82,6 +82,8 @@ pub struct Snapshot {
     pub rss: f64,
     /// Partitions whose state is being restored now.
     pub restoring: f64,
+    /// Bytes librdkafka holds, summed over its clients.
+    pub kafka_queued: f64,
 }
 
 pub use super::super::http::host_port;
@@ -138,6 +140,7 @@ pub fn parse(addr: &str, body: &str) -> Result<Snapshot, ScrapeError> {
         reloads: 0.0,
         rss: 0.0,
         restoring: 0.0,
+        kafka_queued: 0.0,
     };
     for s in &scrape.samples {
         let label = |name: &str| s.labels.get(name).unwrap_or("").to_owned();
@@ -177,6 +180,7 @@ pub fn parse(addr: &str, body: &str) -> Result<Snapshot, ScrapeError> {
             }
             "process_resident_memory_bytes" => snap.rss = v,
             "weir_state_restoring_partitions" => snap.restoring = v,
+            "weir_kafka_queued_bytes" => snap.kafka_queued += v,
             "weir_partition_state" => snap.partitions.entry(partition()).or_default().state = v,
             "weir_consumer_lag" => snap.partitions.entry(partition()).or_default().lag = Some(v),
             "weir_committed_offset" => {
@@ -250,6 +254,17 @@ mod tests {
         metrics.rollout_state.with_label_values(&["s"]).set(2);
         metrics.add_stage_memory([("s", 3 << 20, 2)].into_iter(), &mut Vec::new());
         metrics.state_restoring.set(4);
+        metrics
+            .queued("sink")
+            .producer(&rdkafka::statistics::Statistics {
+                msg_size: 1000,
+                ..Default::default()
+            });
+        let fetched = metrics.queued("source");
+        fetched.producer(&rdkafka::statistics::Statistics {
+            msg_size: 24,
+            ..Default::default()
+        });
         metrics.consumer_lag.with_label_values(&["t", "3"]).set(40);
         metrics
             .partition_state
@@ -269,6 +284,10 @@ mod tests {
         assert_eq!(s.rollout, 2.0, "a canary in progress");
         assert_eq!((s.memory, s.recycled), ((3 << 20) as f64, 2.0));
         assert_eq!(snap.restoring, 4.0);
+        assert_eq!(
+            snap.kafka_queued, 24.0,
+            "summed over the live clients (the sink's share left with its client)"
+        );
         assert!(snap.rss > 0.0, "the process's resident memory");
         assert!(s.batch_seconds.iter().any(|(_, c)| *c == 1.0));
         let p = snap.partitions[&("t".to_owned(), 3)];

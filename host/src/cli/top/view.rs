@@ -122,6 +122,12 @@ impl View {
             if s.rss > 0.0 {
                 spans.push(Span::raw(format!("  resident {}", bytes(s.rss))));
             }
+            if s.kafka_queued > 0.0 {
+                spans.push(Span::raw(format!(
+                    "  librdkafka queues {}",
+                    bytes(s.kafka_queued)
+                )));
+            }
             if s.restoring > 0.0 {
                 spans.push(Span::styled(
                     format!("  restoring state of {} partition(s)", int(s.restoring)),
