@@ -9,6 +9,7 @@ use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
 use crate::rollout::answer::{self, Candidate};
 use crate::rollout::{Rollout, StageSlot};
+use crate::schema::Codecs;
 
 /// Outcome counts of one stage.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -174,7 +175,14 @@ pub struct Chain {
     /// Per verdict of the current stage: answered by a canary candidate (empty: none was).
     by_candidate: Vec<bool>,
     timings: Vec<Duration>,
+    /// Schema-registry decoding before the stages and encoding after them.
+    codecs: Option<Arc<Codecs>>,
 }
+
+/// The name codec rejects carry as their stage.
+pub const DECODE_STAGE: &str = "weir.decode";
+/// The name encoding rejects carry as their stage.
+pub const ENCODE_STAGE: &str = "weir.encode";
 
 impl Chain {
     /// Instantiates every stage (calling `init`) from the current plugin of each slot.
@@ -198,7 +206,19 @@ impl Chain {
             stages,
             verdicts: Vec::new(),
             by_candidate: Vec::new(),
+            codecs: None,
         })
+    }
+
+    /// Decodes source records before the stages and encodes outputs after them.
+    pub fn with_codecs(mut self, codecs: Option<Arc<Codecs>>) -> Self {
+        self.codecs = codecs.filter(|c| !c.is_empty());
+        self
+    }
+
+    /// The chain's codecs, if any.
+    pub fn codecs(&self) -> Option<&Arc<Codecs>> {
+        self.codecs.as_ref()
     }
 
     /// Swaps in newly published plugin versions, and starts or ends candidates. Called
@@ -257,7 +277,31 @@ impl Chain {
     /// again (a batch call's writes cannot be split by message), so that only the writes of
     /// the messages whose outcomes go out are kept. They become pending until the partition
     /// commits past them (see [`crate::state`]).
+    ///
+    /// With schema-registry codecs, records are decoded first (one that cannot be is
+    /// rejected and never reaches a stage) and outputs encoded last (one that does not fit
+    /// is rejected as the stages left it).
     pub fn run(&mut self, lane: &Lane, batch: Vec<Envelope>) -> Result<ChainOutput, InstanceError> {
+        let Some(codecs) = self.codecs.clone() else {
+            return self.run_stages(lane, batch);
+        };
+        let (batch, mut rejected) = decode_batch(&codecs, batch);
+        let mut out = self.run_stages(lane, batch)?;
+        if let Some(f) = &out.failure {
+            rejected.retain(|r| r.env.offset < f.offset);
+        }
+        if let Some(enc) = &codecs.encode {
+            encode_outputs(enc, &mut out);
+        }
+        out.rejects.append(&mut rejected);
+        Ok(out)
+    }
+
+    fn run_stages(
+        &mut self,
+        lane: &Lane,
+        batch: Vec<Envelope>,
+    ) -> Result<ChainOutput, InstanceError> {
         let parts = self.state_of(lane)?;
         if parts.is_empty() {
             return self.run_once(lane, batch);
@@ -503,4 +547,65 @@ fn state_error(stage: &str) -> impl Fn(crate::state::StoreError) -> InstanceErro
         stage: stage.to_owned(),
         reason: e.to_string(),
     }
+}
+
+/// Decodes each record; those that cannot be are rejected with the reason.
+fn decode_batch(codecs: &Codecs, batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Rejected>) {
+    let mut rejected = Vec::new();
+    let mut kept = Vec::with_capacity(batch.len());
+    for mut e in batch {
+        match codecs.decode(&mut e.msg) {
+            Ok(()) => kept.push(e),
+            Err(r) => rejected.push(Rejected {
+                env: e,
+                stage: DECODE_STAGE.into(),
+                plugin: "host".into(),
+                reason: r.text,
+            }),
+        }
+    }
+    (kept, rejected)
+}
+
+/// Encodes each output; one that does not fit goes to the rejects as the stages left it.
+/// While the registry cannot be reached for an output's subject, the lane holds here and
+/// asks again with backoff (nothing is rejected for it).
+fn encode_outputs(enc: &crate::schema::Encoder, out: &mut ChainOutput) {
+    let mut kept = Vec::with_capacity(out.outputs.len());
+    for mut e in out.outputs.drain(..) {
+        let mut wait = Duration::from_millis(100);
+        let mut held = false;
+        let encoded = loop {
+            match enc.encode(&e.msg) {
+                Err(Err(why)) => {
+                    if !held {
+                        held = true;
+                        enc.held(true);
+                        tracing::warn!("{why}: the schema registry cannot be reached; holding until it answers");
+                    }
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                other => break other,
+            }
+        };
+        if held {
+            enc.held(false);
+        }
+        match encoded {
+            Ok(value) => {
+                e.msg.value = value;
+                e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
+                kept.push(e);
+            }
+            Err(Ok(r)) => out.rejects.push(Rejected {
+                env: e,
+                stage: ENCODE_STAGE.into(),
+                plugin: "host".into(),
+                reason: r.text,
+            }),
+            Err(Err(_)) => unreachable!("held above until the registry answers"),
+        }
+    }
+    out.outputs = kept;
 }

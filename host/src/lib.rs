@@ -8,6 +8,7 @@
 //! * [`source`] — where messages come from (Kafka, JSONL file, stdin) behind one `Source` trait,
 //! * [`engine`] — the wasmtime engine, compiled-component cache, plugins and instances,
 //! * [`chain`] — one batch through every stage in order,
+//! * [`schema`] — schema-registry topics: Avro decoded to JSON before the chain, encoded after,
 //! * [`sink`] — where results go (Kafka, JSONL file, stdout, discard) behind one `Sink` trait,
 //! * [`runtime`] — the one runtime: controller, lanes, drivers, flow control, commits, shutdown,
 //! * [`kafka`] — librdkafka plumbing shared by the Kafka source and sink, and the embedded broker,
@@ -34,6 +35,7 @@ pub mod reload;
 pub mod report;
 pub mod rollout;
 pub mod runtime;
+pub mod schema;
 mod sigpipe;
 pub mod sink;
 pub mod source;

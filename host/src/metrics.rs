@@ -82,19 +82,21 @@ pub struct Metrics {
     pub kafka_queued_bytes: IntGaugeVec,
     /// Records librdkafka holds per client (as `kafka_queued_bytes`).
     pub kafka_queued_messages: IntGaugeVec,
+    /// Schema-registry requests by what they asked (`id`, `subject`, `register`) and result
+    /// (`ok`, `not_found`, `unavailable`).
+    pub schema_lookups: IntCounterVec,
+    /// Schema look-ups answered from the cache (no request).
+    pub schema_cache_hits: IntCounter,
+    /// Records that could not be decoded (`decode`) or encoded (`encode`), by reason.
+    pub schema_failures: IntCounterVec,
+    /// Lanes holding because the registry cannot be reached (their records wait, nothing
+    /// is rejected for it).
+    pub schema_held_lanes: IntGauge,
     /// Set once the pipeline is consuming.
     pub ready: AtomicBool,
 }
 
 impl Metrics {
-    /// A Kafka client's share of `weir_kafka_queued_*{client}`.
-    pub fn queued(&self, client: &str) -> crate::kafka::queued::Queued {
-        crate::kafka::queued::Queued::new(
-            self.kafka_queued_bytes.with_label_values(&[client]),
-            self.kafka_queued_messages.with_label_values(&[client]),
-        )
-    }
-
     /// A fresh set in its own registry.
     pub fn new() -> Arc<Self> {
         let r = Registry::new();
@@ -155,6 +157,32 @@ impl Metrics {
                 "weir_kafka_queued_messages",
                 "Records librdkafka holds (as weir_kafka_queued_bytes).",
                 &["client"],
+            ),
+            schema_lookups: counter_vec(
+                "weir_schema_registry_requests_total",
+                "Schema-registry requests by kind (id, subject, register) and result (ok, not_found, unavailable).",
+                &["kind", "result"],
+            ),
+            schema_cache_hits: reg(
+                &r,
+                IntCounter::new(
+                    "weir_schema_cache_hits_total",
+                    "Schema look-ups answered from the cache, without a request.",
+                )
+                .expect("valid metric"),
+            ),
+            schema_failures: counter_vec(
+                "weir_schema_failures_total",
+                "Records rejected by the host's schema codec, by direction (decode, encode) and reason (no_magic_byte, truncated, unknown_schema, does_not_fit, wrong_format, unsupported).",
+                &["direction", "reason"],
+            ),
+            schema_held_lanes: reg(
+                &r,
+                IntGauge::new(
+                    "weir_schema_held_lanes",
+                    "Lanes waiting for an unreachable schema registry (their records are held, not rejected).",
+                )
+                .expect("valid metric"),
             ),
             transactions: counter_vec(
                 "weir_transactions_total",

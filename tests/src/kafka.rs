@@ -25,13 +25,27 @@ pub struct Broker {
     pub one_record_batches: bool,
     /// The broker's log (tansu's output), kept for failure messages.
     log: Option<tempfile::NamedTempFile>,
+    /// The development schema registry's address (`weir broker --schema-registry`).
+    pub registry: Option<String>,
 }
 
 impl Broker {
     /// Starts `weir broker` with these topics (name, partitions).
     pub fn start(weir: &str, topics: &[(&str, i32)]) -> Broker {
+        Self::start_with(weir, topics, false)
+    }
+
+    /// Starts `weir broker --schema-registry` (the registry's address in `registry`).
+    pub fn with_registry(weir: &str, topics: &[(&str, i32)]) -> Broker {
+        Self::start_with(weir, topics, true)
+    }
+
+    fn start_with(weir: &str, topics: &[(&str, i32)], registry: bool) -> Broker {
         let mut cmd = Command::new(weir);
         cmd.arg("broker");
+        if registry {
+            cmd.arg("--schema-registry");
+        }
         for (t, p) in topics {
             cmd.arg("--topic").arg(format!("{t}:{p}"));
         }
@@ -42,9 +56,18 @@ impl Broker {
             .spawn()
             .expect("starting weir broker");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        out.read_line(&mut line)
             .expect("reading the bootstrap address");
+        let mut url = String::new();
+        if registry {
+            out.read_line(&mut url)
+                .expect("reading the registry's address");
+            assert!(
+                url.starts_with("http://"),
+                "weir broker printed {url:?} for the registry"
+            );
+        }
         let stdin = child.stdin.take();
         assert!(line.contains(':'), "weir broker printed {line:?}");
         Broker {
@@ -53,6 +76,7 @@ impl Broker {
             bootstrap: line.trim().to_owned(),
             one_record_batches: false,
             log: None,
+            registry: registry.then(|| url.trim().to_owned()),
         }
     }
 
@@ -98,6 +122,7 @@ impl Broker {
             bootstrap: format!("127.0.0.1:{port}"),
             one_record_batches: true,
             log: Some(log),
+            registry: None,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

@@ -4,6 +4,10 @@
 //! the refusals a secured cluster gives, for trying Weir's answers to them: `refuse-topic
 //! TOPIC ERROR` (the topic's metadata carries ERROR; `NONE` clears it) and `refuse API ERROR
 //! COUNT` (the next COUNT requests of API are answered with ERROR).
+//!
+//! With `--schema-registry`, a development schema registry runs beside it (its address is
+//! the second line of stdout), and `registry-down` / `registry-up` make it answer 503 / serve
+//! again.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -23,6 +27,10 @@ pub struct BrokerArgs {
     /// Number of brokers in the cluster.
     #[arg(long, default_value_t = 1)]
     brokers: i32,
+    /// Also run a development schema registry (Confluent's REST API, in memory; not for
+    /// production) on ADDR; its `http://` address is printed on the second line.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    schema_registry: Option<String>,
 }
 
 /// Parses `TOPIC=FILE`.
@@ -68,7 +76,23 @@ pub fn broker(args: &BrokerArgs) -> ExitCode {
             Err(e) => return super::bad_input(e),
         }
     }
+    let registry = match args
+        .schema_registry
+        .as_deref()
+        .map(crate::schema::devserver::DevRegistry::start)
+    {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => return super::bad_input(e),
+        None => None,
+    };
     println!("{}", broker.bootstrap());
+    if let Some(r) = &registry {
+        println!("{}", r.url());
+        eprintln!(
+            "weir broker: schema registry (development only) at {}",
+            r.url()
+        );
+    }
     let _ = std::io::stdout().flush();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -89,6 +113,18 @@ pub fn broker(args: &BrokerArgs) -> ExitCode {
                 }
             },
             ["refuse-topic", topic, error] => broker.refuse_topic(topic, error),
+            ["registry-down"] | ["registry-up"] => {
+                match &registry {
+                    Some(r) => {
+                        r.set_down(words[0] == "registry-down");
+                        Ok(())
+                    }
+                    None => {
+                        eprintln!("weir broker: `{line}`: no schema registry (start with --schema-registry)");
+                        continue;
+                    }
+                }
+            }
             ["refuse", api, error, count] => match count.parse::<usize>() {
                 Ok(n) => broker.refuse_requests(api, error, n),
                 Err(_) => {
@@ -99,7 +135,7 @@ pub fn broker(args: &BrokerArgs) -> ExitCode {
             [] => continue,
             _ => {
                 eprintln!(
-                    "weir broker: commands are `down ID`, `up ID`, `create TOPIC[:PARTITIONS]`, `refuse-topic TOPIC ERROR` and `refuse API ERROR COUNT`"
+                    "weir broker: commands are `down ID`, `up ID`, `create TOPIC[:PARTITIONS]`, `refuse-topic TOPIC ERROR`, `refuse API ERROR COUNT`, `registry-down` and `registry-up`"
                 );
                 continue;
             }

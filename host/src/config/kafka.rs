@@ -57,6 +57,13 @@ pub struct KafkaSource {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, serde_json::Value>")]
     pub properties: BTreeMap<String, serde_yaml::Value>,
+    /// Values in the schema registry's wire format (Avro) become JSON text before the first
+    /// stage, with the schema in the `weir.schema.*` headers (docs/schema-registry.md).
+    #[serde(default)]
+    pub decode: Option<super::schema::Decode>,
+    /// The same for keys.
+    #[serde(default)]
+    pub decode_key: Option<super::schema::Decode>,
 }
 
 fn default_commit_interval() -> Duration {
@@ -187,6 +194,11 @@ pub struct KafkaSink {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, serde_json::Value>")]
     pub properties: BTreeMap<String, serde_yaml::Value>,
+    /// Outputs' values (JSON text) are encoded with a registered schema into the schema
+    /// registry's wire format; one that does not fit goes to the reject path
+    /// (docs/schema-registry.md).
+    #[serde(default)]
+    pub encode: Option<super::schema::Encode>,
 }
 
 /// A YAML scalar as the text librdkafka takes.

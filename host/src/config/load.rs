@@ -527,6 +527,19 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
     if let Some(r) = &mut cfg.runtime.report {
         fix(r);
     }
+    if let SourceConfig::Kafka(k) = &mut cfg.source {
+        for d in [&mut k.decode, &mut k.decode_key].into_iter().flatten() {
+            d.registry.resolve_paths(base);
+        }
+    }
+    if let SinkConfig::Kafka(k) = &mut cfg.sink {
+        if let Some(e) = &mut k.encode {
+            e.registry.resolve_paths(base);
+            if let Some(s) = &mut e.schema {
+                fix(s);
+            }
+        }
+    }
     fix(cfg
         .runtime
         .state_dir

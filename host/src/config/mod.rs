@@ -10,6 +10,7 @@ mod kafka;
 mod load;
 mod locate;
 mod rollout;
+pub mod schema;
 mod security;
 mod size;
 

@@ -48,6 +48,14 @@ impl Queued {
         }
     }
 
+    /// A Kafka client's share of `weir_kafka_queued_*{client}`.
+    pub fn of(metrics: &crate::metrics::Metrics, client: &str) -> Self {
+        Queued::new(
+            metrics.kafka_queued_bytes.with_label_values(&[client]),
+            metrics.kafka_queued_messages.with_label_values(&[client]),
+        )
+    }
+
     /// Another client's share of the same gauges.
     pub fn another(&self) -> Self {
         Queued::new(self.bytes.clone(), self.messages.clone())

@@ -173,6 +173,8 @@ struct DriverLane {
     opened: bool,
     /// Its stages' state is open (caught up with their changelogs, when there are some).
     restored: bool,
+    /// Holding for an unreachable schema registry: until when, and the wait after that.
+    held: Option<(Instant, Duration)>,
 }
 
 /// Starts the driver thread; it returns its stage numbers when it ends.
@@ -266,7 +268,7 @@ impl Driver {
                     || !l.pre_rejected.is_empty();
                 let due = l.since.is_some_and(|t| now >= t + self.s.batch.linger);
                 let waiting = !l.pending.is_empty() || !l.pre_rejected.is_empty();
-                if waiting && (full || due || draining) {
+                if waiting && (full || due || draining) && self.schemas_ready(i, now) {
                     ran = true;
                     if !self.run_batch(i) {
                         return false;
@@ -503,6 +505,7 @@ impl Driver {
                 txn: None,
                 opened: self.s.transactions.is_none(),
                 restored: false,
+                held: None,
             }),
             DriverControl::Revoke { lanes, ack } => {
                 // Exactly-once: the lane's transaction commits (everything in it acknowledged)
@@ -518,9 +521,13 @@ impl Driver {
                 }
                 let mut done = Vec::new();
                 let txns = self.s.transactions.clone();
+                let metrics = self.s.metrics.clone();
                 self.lanes.retain(|l| {
                     let revoked = lanes.iter().any(|(k, g)| *k == l.key && *g == l.generation);
                     if revoked {
+                        if l.held.is_some() {
+                            metrics.schema_held_lanes.dec();
+                        }
                         done.push((l.key.clone(), l.last_processed));
                         if let Some(t) = &txns {
                             t.api.close(&l.key);
@@ -562,8 +569,11 @@ impl Driver {
         let timeout = self
             .lanes
             .iter()
-            .filter_map(|l| l.since)
-            .map(|t| (t + linger).saturating_duration_since(Instant::now()))
+            .filter_map(|l| {
+                let due = l.since? + linger;
+                Some(l.held.map_or(due, |(until, _)| until.max(due)))
+            })
+            .map(|t| t.saturating_duration_since(Instant::now()))
             .chain(self.s.transactions.as_ref().into_iter().flat_map(|t| {
                 self.lanes
                     .iter()
@@ -580,6 +590,44 @@ impl Driver {
             }
         }
         let _ = sel.ready_timeout(timeout);
+    }
+
+    /// Whether the schemas lane `i`'s pending records need are at hand (fetched from the
+    /// registry when not cached). While the registry cannot be reached the lane holds: its
+    /// records wait (none is rejected for it), it asks again with backoff up to 5 s, and
+    /// the driver's other lanes go on.
+    fn schemas_ready(&mut self, i: usize, now: Instant) -> bool {
+        let Some(codecs) = self.s.chain.codecs().cloned() else {
+            return true;
+        };
+        let l = &mut self.lanes[i];
+        if l.held.is_some_and(|(until, _)| now < until) {
+            return false;
+        }
+        match codecs.fetch(l.pending.iter().map(|e| &e.msg)) {
+            Ok(()) => {
+                if l.held.take().is_some() {
+                    self.s.metrics.schema_held_lanes.dec();
+                    tracing::info!(
+                        topic = &*l.key.topic,
+                        partition = l.key.partition,
+                        "the schema registry answers again: the lane goes on"
+                    );
+                }
+                true
+            }
+            Err(why) => {
+                let wait = l.held.map_or(Duration::from_millis(100), |(_, w)| {
+                    (w * 2).min(Duration::from_secs(5))
+                });
+                if l.held.is_none() {
+                    self.s.metrics.schema_held_lanes.inc();
+                    tracing::warn!(topic = &*l.key.topic, partition = l.key.partition, "{why}: the schema registry cannot be reached; the lane holds (its records wait) and asks again");
+                }
+                l.held = Some((now + wait, wait));
+                false
+            }
+        }
     }
 
     /// One batch of lane `i` through the chain and out. False when the driver must stop.

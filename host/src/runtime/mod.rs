@@ -211,7 +211,7 @@ fn changelog_for(
     let topics = state.changelog_topics();
     crate::sink::changelog::KafkaChangelog::ensure_topics(src, &topics)
         .map_err(StartError::Changelog)?;
-    let queued = metrics.queued("changelog");
+    let queued = crate::kafka::queued::Queued::of(&metrics, "changelog");
     let c = crate::sink::changelog::KafkaChangelog::open(src, txns, fatal, Some(queued))?;
     Ok(Some(Arc::new(c)))
 }
@@ -281,6 +281,11 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         chains.push(Chain::new(&engine, &slots)?);
     }
     let metrics = Metrics::new();
+    let codecs = crate::schema::Codecs::from_config(cfg, &metrics).map_err(StartError::Schema)?;
+    let chains: Vec<Chain> = chains
+        .into_iter()
+        .map(|c| c.with_codecs(codecs.clone()))
+        .collect();
     crate::rollout::publish_plugin_info(&slots, &metrics);
     for s in &slots {
         s.attach_metrics(metrics.clone());

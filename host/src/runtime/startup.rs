@@ -53,6 +53,10 @@ pub enum StartError {
     /// Stateful stages' changelog topics cannot be created or read.
     #[error("state: {0}")]
     Changelog(String),
+    /// A schema-registry codec cannot be set up (a registry that cannot be reached, a
+    /// subject without the schema, an unreadable schema file).
+    #[error("{0}")]
+    Schema(String),
     /// A start-up check against the Kafka cluster failed (before any stage was called).
     #[error("start-up check: {0}")]
     Kafka(crate::kafka::fatal::ClientFailure),

@@ -340,10 +340,13 @@ impl SinkConfig {
                 k,
                 (
                     metrics.produced.with_label_values(&[role.label()]),
-                    metrics.queued(match role {
-                        Role::Sink => "sink",
-                        Role::Rejects => "reject",
-                    }),
+                    crate::kafka::queued::Queued::of(
+                        metrics,
+                        match role {
+                            Role::Sink => "sink",
+                            Role::Rejects => "reject",
+                        },
+                    ),
                 ),
                 (role, fatal),
             )?),

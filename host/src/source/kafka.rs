@@ -231,7 +231,7 @@ impl KafkaSource {
                 closing: AtomicBool::new(false),
                 fatal: fatal.clone(),
                 patterns: cfg.topics.iter().any(|t| crate::config::is_pattern(t)),
-                queued: metrics.queued("source"),
+                queued: crate::kafka::queued::Queued::of(&metrics, "source"),
             },
         )
         .map_err(kafka(format!("consumer for group `{}`", cfg.group)))?;

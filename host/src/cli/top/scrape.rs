@@ -254,13 +254,13 @@ mod tests {
         metrics.rollout_state.with_label_values(&["s"]).set(2);
         metrics.add_stage_memory([("s", 3 << 20, 2)].into_iter(), &mut Vec::new());
         metrics.state_restoring.set(4);
-        metrics
-            .queued("sink")
-            .producer(&rdkafka::statistics::Statistics {
+        crate::kafka::queued::Queued::of(&metrics, "sink").producer(
+            &rdkafka::statistics::Statistics {
                 msg_size: 1000,
                 ..Default::default()
-            });
-        let fetched = metrics.queued("source");
+            },
+        );
+        let fetched = crate::kafka::queued::Queued::of(&metrics, "source");
         fetched.producer(&rdkafka::statistics::Statistics {
             msg_size: 24,
             ..Default::default()

@@ -1,0 +1,463 @@
+//! The host's schema codec around the chain: source records in the registry's wire format
+//! become JSON text before the first stage, and outputs become wire format after the last.
+//! A record that cannot be decoded, or an output that does not fit its schema, is rejected
+//! with the reason; nothing is produced half-encoded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::registry::{LookupError, Registered, Registry, SchemaKind};
+use crate::config::schema::{Decode, Encode, SchemaFormat, SubjectStrategy};
+use crate::message::{Header, Message};
+use crate::metrics::Metrics;
+
+/// The wire format's first byte.
+pub const MAGIC: u8 = 0;
+
+/// Headers the decoder adds: the schema of the decoded value.
+pub const HEADER_ID: &str = "weir.schema.id";
+/// The subject the schema is registered under (when the registry says).
+pub const HEADER_SUBJECT: &str = "weir.schema.subject";
+/// Its version there.
+pub const HEADER_VERSION: &str = "weir.schema.version";
+
+/// Why a record was rejected by the codec: a short reason for the metrics and the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodecReject {
+    /// `no_magic_byte`, `truncated`, `unknown_schema`, `does_not_fit`, `wrong_format`,
+    /// `unsupported`.
+    pub reason: &'static str,
+    /// What the reject path's record says.
+    pub text: String,
+}
+
+/// The schema id of a wire-format record, or why it is not one.
+pub fn schema_id(bytes: &[u8]) -> Result<u32, CodecReject> {
+    match bytes {
+        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
+        [MAGIC, ..] => Err(CodecReject {
+            reason: "truncated",
+            text: format!(
+                "{} bytes: too short for the schema registry's wire format (5-byte header)",
+                bytes.len()
+            ),
+        }),
+        [] => Err(CodecReject {
+            reason: "truncated",
+            text: "empty: no schema registry header".into(),
+        }),
+        [first, ..] => Err(CodecReject {
+            reason: "no_magic_byte",
+            text: format!(
+                "first byte {first:#04x}, not the schema registry's magic byte 0 (not wire format)"
+            ),
+        }),
+    }
+}
+
+/// Decodes one side (value or key) of source records.
+pub struct Decoder {
+    format: SchemaFormat,
+    registry: Arc<Registry>,
+    key: bool,
+    /// Ids the registry said it does not have, so a run of bad records asks once.
+    unknown: Mutex<HashMap<u32, String>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Decoder {
+    /// A decoder from the YAML block (`key`: it decodes keys).
+    pub fn new(cfg: &Decode, key: bool, metrics: Option<Arc<Metrics>>) -> Result<Self, String> {
+        Ok(Decoder {
+            format: cfg.format,
+            registry: Registry::new(&cfg.registry, metrics.clone())?,
+            key,
+            unknown: Mutex::default(),
+            metrics,
+        })
+    }
+
+    fn side<'a>(&self, m: &'a Message) -> Option<&'a [u8]> {
+        if self.key {
+            m.key.as_deref()
+        } else {
+            m.value.as_deref()
+        }
+    }
+
+    /// Fetches every schema `messages` need that is not cached. `Err` when the registry
+    /// cannot be reached (the lane holds and tries again later); a schema it does not have
+    /// is not an error here (that record is rejected when decoded).
+    pub fn fetch<'a>(&self, messages: impl Iterator<Item = &'a Message>) -> Result<(), String> {
+        for m in messages {
+            let Some(id) = self.side(m).and_then(|b| schema_id(b).ok()) else {
+                continue;
+            };
+            if self.registry.has(id) || self.unknown.lock().expect("unknown ids").contains_key(&id)
+            {
+                continue;
+            }
+            match self.registry.by_id(id) {
+                Ok(_) => {}
+                Err(LookupError::NotFound(why) | LookupError::Refused(why)) => {
+                    self.unknown.lock().expect("unknown ids").insert(id, why);
+                }
+                Err(LookupError::Unavailable(why)) => return Err(why),
+            }
+        }
+        Ok(())
+    }
+
+    /// The JSON text of one side's bytes and its schema (counted when it fails). Uses
+    /// only what [`Decoder::fetch`] cached.
+    pub fn decode(&self, bytes: &[u8]) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
+        let r = self.decode_bytes(bytes);
+        if let (Err(e), Some(metrics)) = (&r, &self.metrics) {
+            metrics
+                .schema_failures
+                .with_label_values(&["decode", e.reason])
+                .inc();
+        }
+        r
+    }
+
+    fn decode_bytes(&self, bytes: &[u8]) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
+        let side = if self.key { "key" } else { "value" };
+        let id = schema_id(bytes).map_err(|e| CodecReject {
+            text: format!("{side}: {}", e.text),
+            ..e
+        })?;
+        let schema = match self.registry.cached(id) {
+            Some(s) => s,
+            None => {
+                let why = self
+                    .unknown
+                    .lock()
+                    .expect("unknown ids")
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| "not fetched".into());
+                return Err(CodecReject {
+                    reason: "unknown_schema",
+                    text: format!("{side}: schema id {id} is not in the registry ({why})"),
+                });
+            }
+        };
+        let wanted = match self.format {
+            SchemaFormat::Auto => None,
+            SchemaFormat::Avro => Some(SchemaKind::Avro),
+            SchemaFormat::Protobuf => Some(SchemaKind::Protobuf),
+            SchemaFormat::JsonSchema => Some(SchemaKind::Json),
+        };
+        if wanted.is_some_and(|w| w != schema.kind) {
+            return Err(CodecReject {
+                reason: "wrong_format",
+                text: format!(
+                    "{side}: schema id {id} is {}, the source decodes {}",
+                    schema.kind.as_str(),
+                    wanted.expect("checked").as_str()
+                ),
+            });
+        }
+        let body = &bytes[5..];
+        let mut out = Vec::with_capacity(body.len() * 2 + 16);
+        match (schema.kind, &schema.avro) {
+            (SchemaKind::Avro, Some(avro)) => {
+                avro.to_json(body, &mut out).map_err(|e| CodecReject {
+                    reason: "does_not_fit",
+                    text: format!("{side}: does not match its schema (id {id}): {e}"),
+                })?
+            }
+            (SchemaKind::Avro, None) => {
+                return Err(CodecReject {
+                    reason: "unsupported",
+                    text: format!(
+                        "{side}: {}",
+                        schema
+                            .unusable
+                            .as_deref()
+                            .unwrap_or("the schema cannot be used")
+                    ),
+                })
+            }
+            (kind, _) => {
+                return Err(CodecReject {
+                    reason: "unsupported",
+                    text: format!(
+                        "{side}: schema id {id} is {}: this version of Weir decodes Avro only",
+                        kind.as_str()
+                    ),
+                })
+            }
+        }
+        Ok((out, schema))
+    }
+}
+
+/// Encodes outputs' values with the subject's schema.
+pub struct Encoder {
+    registry: Arc<Registry>,
+    subject: SubjectStrategy,
+    /// The schema file's text (else the subject's latest version is used).
+    schema: Option<String>,
+    /// Its full name (for the record-name strategies).
+    record: String,
+    auto_register: bool,
+    /// The sink's topic, for outputs that name none.
+    default_topic: String,
+    /// Per subject: the schema to encode with (a fixed schema's id never changes).
+    resolved: Mutex<HashMap<String, Arc<Registered>>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Encoder {
+    /// An encoder from the YAML block for a sink whose default topic is `topic`.
+    pub fn new(cfg: &Encode, topic: &str, metrics: Option<Arc<Metrics>>) -> Result<Self, String> {
+        if cfg.format != SchemaFormat::Avro {
+            return Err(format!(
+                "format `{}`: this version of Weir encodes Avro only",
+                match cfg.format {
+                    SchemaFormat::Auto => "auto",
+                    SchemaFormat::Protobuf => "protobuf",
+                    SchemaFormat::JsonSchema => "json-schema",
+                    SchemaFormat::Avro => "avro",
+                }
+            ));
+        }
+        let (schema, record) = match &cfg.schema {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("schema {}: cannot read: {e}", p.display()))?;
+                let parsed = super::avro::AvroSchema::parse(&text, &[])
+                    .map_err(|e| format!("schema {}: {e}", p.display()))?;
+                let record = parsed.name().unwrap_or_default().to_owned();
+                (Some(text), record)
+            }
+            None => (None, String::new()),
+        };
+        if schema.is_none()
+            && matches!(
+                cfg.subject,
+                SubjectStrategy::RecordName | SubjectStrategy::TopicRecordName
+            )
+        {
+            return Err("`subject: record-name` and `topic-record-name` need `schema` (the record's name comes from it)".into());
+        }
+        Ok(Encoder {
+            registry: Registry::new(&cfg.registry, metrics.clone())?,
+            subject: cfg.subject.clone(),
+            schema,
+            record,
+            auto_register: cfg.auto_register,
+            default_topic: topic.to_owned(),
+            resolved: Mutex::default(),
+            metrics,
+        })
+    }
+
+    /// The subject an output to `topic` is encoded under.
+    pub fn subject(&self, topic: &str) -> String {
+        match &self.subject {
+            SubjectStrategy::TopicName => format!("{topic}-value"),
+            SubjectStrategy::RecordName => self.record.clone(),
+            SubjectStrategy::TopicRecordName => format!("{topic}-{}", self.record),
+            SubjectStrategy::Literal(s) => s.clone(),
+        }
+    }
+
+    /// The schema outputs to `topic` are encoded with (cached per subject; a subject's
+    /// latest version is asked again after the registry's `cache_ttl`).
+    pub fn schema_for(&self, topic: &str) -> Result<Arc<Registered>, LookupError> {
+        let subject = self.subject(topic);
+        match &self.schema {
+            Some(text) => {
+                if let Some(r) = self.resolved.lock().expect("encoder cache").get(&subject) {
+                    return Ok(r.clone());
+                }
+                let r =
+                    self.registry
+                        .id_of(&subject, SchemaKind::Avro, text, self.auto_register)?;
+                self.resolved
+                    .lock()
+                    .expect("encoder cache")
+                    .insert(subject, r.clone());
+                Ok(r)
+            }
+            None => self.registry.latest(&subject),
+        }
+    }
+
+    /// Resolves the schema of the sink's default topic (start-up: a missing subject or an
+    /// unreachable registry is said before anything is read).
+    pub fn check(&self) -> Result<(), String> {
+        self.schema_for(&self.default_topic)
+            .map(|_| ())
+            .map_err(|e| format!("subject `{}`: {e}", self.subject(&self.default_topic)))
+    }
+
+    /// The wire-format encoding of the message's value (JSON text); `None` for a null.
+    /// `Err(Ok(reject))`: it does not fit; `Err(Err(why))`: the registry cannot be reached
+    /// for its subject (try again).
+    pub fn encode(&self, m: &Message) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
+        let Some(value) = &m.value else {
+            return Ok(None);
+        };
+        let topic = m.topic.as_deref().unwrap_or(&self.default_topic);
+        let schema = match self.schema_for(topic) {
+            Ok(s) => s,
+            Err(LookupError::Unavailable(why)) => return Err(Err(why)),
+            Err(e) => {
+                return Err(Ok(self.failed(CodecReject {
+                    reason: "unknown_schema",
+                    text: format!("subject `{}`: {e}", self.subject(topic)),
+                })))
+            }
+        };
+        let Some(avro) = &schema.avro else {
+            return Err(Ok(self.failed(CodecReject {
+                reason: "unsupported",
+                text: format!(
+                    "schema id {} ({}): {}",
+                    schema.id,
+                    schema.kind.as_str(),
+                    schema
+                        .unusable
+                        .as_deref()
+                        .unwrap_or("this version of Weir encodes Avro only")
+                ),
+            })));
+        };
+        let mut out = Vec::with_capacity(value.len() + 5);
+        out.push(MAGIC);
+        out.extend_from_slice(&schema.id.to_be_bytes());
+        if let Err(e) = avro.from_json(value, &mut out) {
+            return Err(Ok(self.failed(CodecReject {
+                reason: "does_not_fit",
+                text: format!(
+                    "does not fit schema id {} of subject `{}`: {e}",
+                    schema.id,
+                    self.subject(topic)
+                ),
+            })));
+        }
+        Ok(Some(out))
+    }
+
+    /// A lane starts (`true`) or stops holding for the registry (the held-lanes gauge).
+    pub fn held(&self, on: bool) {
+        if let Some(m) = &self.metrics {
+            if on {
+                m.schema_held_lanes.inc();
+            } else {
+                m.schema_held_lanes.dec();
+            }
+        }
+    }
+
+    fn failed(&self, r: CodecReject) -> CodecReject {
+        if let Some(m) = &self.metrics {
+            m.schema_failures
+                .with_label_values(&["encode", r.reason])
+                .inc();
+        }
+        r
+    }
+}
+
+/// A pipeline's codecs, shared by its drivers.
+#[derive(Default)]
+pub struct Codecs {
+    /// Source values.
+    pub value: Option<Decoder>,
+    /// Source keys.
+    pub key: Option<Decoder>,
+    /// Outputs' values.
+    pub encode: Option<Encoder>,
+}
+
+impl Codecs {
+    /// The codecs a pipeline's YAML asks for (`None`: none). An encoder's subject for the
+    /// sink's topic is resolved now, so a missing subject or schema is said at start-up.
+    pub fn from_config(
+        cfg: &crate::config::PipelineConfig,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Option<Arc<Self>>, String> {
+        use crate::config::{SinkConfig, SourceConfig};
+        let mut c = Codecs::default();
+        if let SourceConfig::Kafka(k) = &cfg.source {
+            let decoder = |d: &Decode, key: bool, field: &str| {
+                Decoder::new(d, key, Some(metrics.clone())).map_err(|e| format!("{field}: {e}"))
+            };
+            c.value = k
+                .decode
+                .as_ref()
+                .map(|d| decoder(d, false, "source.kafka.decode"))
+                .transpose()?;
+            c.key = k
+                .decode_key
+                .as_ref()
+                .map(|d| decoder(d, true, "source.kafka.decode_key"))
+                .transpose()?;
+        }
+        if let SinkConfig::Kafka(k) = &cfg.sink {
+            if let Some(e) = &k.encode {
+                let enc = Encoder::new(e, &k.topic, Some(metrics.clone()))
+                    .map_err(|e| format!("sink.kafka.encode: {e}"))?;
+                enc.check().map_err(|e| format!("sink.kafka.encode: {e}"))?;
+                c.encode = Some(enc);
+            }
+        }
+        Ok((!c.is_empty()).then(|| Arc::new(c)))
+    }
+
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.value.is_none() && self.key.is_none() && self.encode.is_none()
+    }
+
+    /// Fetches the schemas `messages` need (see [`Decoder::fetch`]).
+    pub fn fetch<'a>(
+        &self,
+        messages: impl Iterator<Item = &'a Message> + Clone,
+    ) -> Result<(), String> {
+        for d in [&self.value, &self.key].into_iter().flatten() {
+            d.fetch(messages.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Decodes a message's key and value (each side its codec has), adding the value's
+    /// schema headers. On a reject the message is left as it was.
+    pub fn decode(&self, m: &mut Message) -> Result<(), CodecReject> {
+        let key = match (&self.key, &m.key) {
+            (Some(d), Some(k)) => Some(d.decode(k)?.0),
+            _ => None,
+        };
+        let value = match (&self.value, &m.value) {
+            (Some(d), Some(v)) => Some(d.decode(v)?),
+            _ => None,
+        };
+        if let Some(k) = key {
+            m.key = Some(k);
+        }
+        if let Some((json, schema)) = value {
+            m.value = Some(json);
+            m.headers.retain(|h| !h.key.starts_with("weir.schema."));
+            m.headers.push(Header {
+                key: HEADER_ID.into(),
+                value: Some(schema.id.to_string().into_bytes()),
+            });
+            if let Some((subject, version)) = &schema.subject {
+                m.headers.push(Header {
+                    key: HEADER_SUBJECT.into(),
+                    value: Some(subject.clone().into_bytes()),
+                });
+                m.headers.push(Header {
+                    key: HEADER_VERSION.into(),
+                    value: Some(version.to_string().into_bytes()),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,16 @@
+//! Schema-registry topics (docs/schema-registry.md): records in the Confluent wire format (a
+//! zero byte, a 4-byte schema id, the encoded record) are decoded to JSON text before the
+//! first stage and outputs encoded after the last, so a stage in any language works on JSON.
+//!
+//! * [`registry`] — the registry client and its cache,
+//! * [`avro`] — Avro binary ↔ JSON text, compiled from the schema,
+//! * [`codec`] — the decoder and encoder the chain runs, and what they reject,
+//! * [`devserver`] — a small registry for development (`weir broker --schema-registry`).
+
+pub mod avro;
+pub mod codec;
+pub mod devserver;
+pub mod registry;
+
+pub use codec::{CodecReject, Codecs, Decoder, Encoder};
+pub use registry::{LookupError, Registry, SchemaKind};

@@ -1,0 +1,413 @@
+//! A Confluent-compatible schema-registry client with a cache: schemas by id are kept for the
+//! run (an id never changes its schema), a subject's latest version for `cache_ttl`. A
+//! steady-state decode or encode makes no request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::Deserialize;
+
+use super::avro::AvroSchema;
+use crate::config::schema::RegistryConfig;
+use crate::metrics::Metrics;
+
+/// A schema's type as the registry names it (`schemaType`; absent means Avro).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaKind {
+    /// `AVRO`.
+    Avro,
+    /// `PROTOBUF`.
+    Protobuf,
+    /// `JSON`.
+    Json,
+}
+
+impl SchemaKind {
+    fn parse(s: Option<&str>) -> Result<Self, String> {
+        match s.unwrap_or("AVRO") {
+            "AVRO" => Ok(SchemaKind::Avro),
+            "PROTOBUF" => Ok(SchemaKind::Protobuf),
+            "JSON" => Ok(SchemaKind::Json),
+            other => Err(format!("unknown schema type `{other}`")),
+        }
+    }
+
+    /// The registry's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchemaKind::Avro => "AVRO",
+            SchemaKind::Protobuf => "PROTOBUF",
+            SchemaKind::Json => "JSON",
+        }
+    }
+}
+
+/// A schema the registry holds, compiled for use.
+#[derive(Debug)]
+pub struct Registered {
+    /// Its global id.
+    pub id: u32,
+    /// Its type.
+    pub kind: SchemaKind,
+    /// A subject it is registered under, and the version there (when the registry says).
+    pub subject: Option<(String, i32)>,
+    /// The compiled Avro schema (Avro only).
+    pub avro: Option<AvroSchema>,
+    /// Why it could not be compiled (it cannot be used, but the answer is final).
+    pub unusable: Option<String>,
+}
+
+/// Why a look-up gave no schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// The registry answered that it has no such schema or subject: final.
+    #[error("{0}")]
+    NotFound(String),
+    /// The registry refused the request for good (an invalid schema, incompatible).
+    #[error("{0}")]
+    Refused(String),
+    /// The registry could not be asked or answered an error that may pass (down, timeout,
+    /// 5xx, 429, credentials refused): try again later.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// The client.
+pub struct Registry {
+    base: String,
+    agent: ureq::Agent,
+    auth: Option<String>,
+    ttl: Duration,
+    by_id: RwLock<HashMap<u32, Arc<Registered>>>,
+    by_subject: Mutex<HashMap<String, (Instant, Arc<Registered>)>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("url", &self.base).finish()
+    }
+}
+
+/// Characters a subject keeps in a path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+#[derive(Deserialize)]
+struct SchemaBody {
+    schema: String,
+    #[serde(rename = "schemaType")]
+    schema_type: Option<String>,
+    #[serde(default)]
+    references: Vec<Reference>,
+    #[serde(default)]
+    id: Option<u32>,
+    #[serde(default)]
+    subject: Option<String>,
+    #[serde(default)]
+    version: Option<i32>,
+}
+
+#[derive(Deserialize, Clone)]
+struct Reference {
+    subject: String,
+    version: i32,
+}
+
+#[derive(Deserialize)]
+struct SubjectVersion {
+    subject: String,
+    version: i32,
+}
+
+#[derive(Deserialize)]
+struct IdBody {
+    id: u32,
+}
+
+impl Registry {
+    /// A client for the registry in `cfg` (reads credential files now).
+    pub fn new(cfg: &RegistryConfig, metrics: Option<Arc<Metrics>>) -> Result<Arc<Self>, String> {
+        let base = cfg.url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(format!(
+                "registry url `{base}`: expected http:// or https://"
+            ));
+        }
+        let mut tls = native_tls::TlsConnector::builder();
+        if let Some(ca) = &cfg.ca {
+            let pem =
+                std::fs::read(ca).map_err(|e| format!("{}: cannot read: {e}", ca.display()))?;
+            let cert = native_tls::Certificate::from_pem(&pem)
+                .map_err(|e| format!("{}: not a PEM certificate: {e}", ca.display()))?;
+            tls.add_root_certificate(cert);
+        }
+        let tls = tls
+            .build()
+            .map_err(|e| format!("TLS for the registry: {e}"))?;
+        let agent = ureq::AgentBuilder::new()
+            .timeout(cfg.timeout)
+            .tls_connector(Arc::new(tls))
+            .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let auth = cfg.auth.as_ref().map(|a| a.header()).transpose()?;
+        Ok(Arc::new(Registry {
+            base,
+            agent,
+            auth,
+            ttl: cfg.cache_ttl,
+            by_id: RwLock::default(),
+            by_subject: Mutex::default(),
+            metrics,
+        }))
+    }
+
+    /// The registry's address.
+    pub fn url(&self) -> &str {
+        &self.base
+    }
+
+    /// Whether the schema is in the cache (not counted as a hit).
+    pub fn has(&self, id: u32) -> bool {
+        self.by_id.read().expect("registry cache").contains_key(&id)
+    }
+
+    /// A schema already in the cache (no request).
+    pub fn cached(&self, id: u32) -> Option<Arc<Registered>> {
+        let hit = self.by_id.read().expect("registry cache").get(&id).cloned();
+        if hit.is_some() {
+            if let Some(m) = &self.metrics {
+                m.schema_cache_hits.inc();
+            }
+        }
+        hit
+    }
+
+    /// The schema with this id: from the cache, else from the registry (then kept).
+    pub fn by_id(&self, id: u32) -> Result<Arc<Registered>, LookupError> {
+        if let Some(r) = self.cached(id) {
+            return Ok(r);
+        }
+        let body: SchemaBody = self.get("id", &format!("/schemas/ids/{id}"))?;
+        // The subject and version it is registered under, for the stage's headers (older
+        // registries lack the call: then there are none).
+        let subject = self
+            .get::<Vec<SubjectVersion>>("id", &format!("/schemas/ids/{id}/versions"))
+            .ok()
+            .and_then(|v| v.into_iter().next())
+            .map(|v| (v.subject, v.version));
+        let r = Arc::new(self.compile(id, body, subject)?);
+        self.by_id
+            .write()
+            .expect("registry cache")
+            .insert(id, r.clone());
+        Ok(r)
+    }
+
+    /// A subject's latest version: from the cache while younger than `cache_ttl`. When the
+    /// registry cannot be reached, an older cached answer is used (and said in the log).
+    pub fn latest(&self, subject: &str) -> Result<Arc<Registered>, LookupError> {
+        let cached = self
+            .by_subject
+            .lock()
+            .expect("registry cache")
+            .get(subject)
+            .cloned();
+        if let Some((at, r)) = &cached {
+            if at.elapsed() < self.ttl {
+                if let Some(m) = &self.metrics {
+                    m.schema_cache_hits.inc();
+                }
+                return Ok(r.clone());
+            }
+        }
+        let path = format!("/subjects/{}/versions/latest", segment(subject));
+        let body = match self.get::<SchemaBody>("subject", &path) {
+            Ok(b) => b,
+            Err(LookupError::Unavailable(why)) if cached.is_some() => {
+                tracing::warn!(registry = %self.base, subject, "{why}: using the cached latest version");
+                return Ok(cached.expect("checked").1);
+            }
+            Err(e) => return Err(e),
+        };
+        let id = body
+            .id
+            .ok_or_else(|| LookupError::Refused(format!("{path}: the answer has no `id`")))?;
+        let version = body.version.unwrap_or(0);
+        let r = match self.by_id.read().expect("registry cache").get(&id).cloned() {
+            Some(r) => r,
+            None => Arc::new(self.compile(id, body, Some((subject.to_owned(), version)))?),
+        };
+        self.by_id
+            .write()
+            .expect("registry cache")
+            .entry(id)
+            .or_insert_with(|| r.clone());
+        self.by_subject
+            .lock()
+            .expect("registry cache")
+            .insert(subject.to_owned(), (Instant::now(), r.clone()));
+        Ok(r)
+    }
+
+    /// The id of `schema` under `subject`: looked up, and registered when it is not there
+    /// and `register` is set.
+    pub fn id_of(
+        &self,
+        subject: &str,
+        kind: SchemaKind,
+        schema: &str,
+        register: bool,
+    ) -> Result<Arc<Registered>, LookupError> {
+        let mut body = serde_json::json!({ "schema": schema });
+        if kind != SchemaKind::Avro {
+            body["schemaType"] = kind.as_str().into();
+        }
+        let found =
+            self.post::<SchemaBody>("subject", &format!("/subjects/{}", segment(subject)), &body);
+        let id = match found {
+            Ok(b) => b.id.ok_or_else(|| LookupError::Refused("the answer has no `id`".into()))?,
+            Err(LookupError::NotFound(why)) if !register => {
+                return Err(LookupError::NotFound(format!(
+                    "subject `{subject}` does not hold this schema ({why}); set `auto_register: true` to register it"
+                )))
+            }
+            Err(LookupError::NotFound(_)) => {
+                let path = format!("/subjects/{}/versions", segment(subject));
+                self.post::<IdBody>("register", &path, &body)?.id
+            }
+            Err(e) => return Err(e),
+        };
+        self.by_id(id)
+    }
+
+    fn compile(
+        &self,
+        id: u32,
+        body: SchemaBody,
+        subject: Option<(String, i32)>,
+    ) -> Result<Registered, LookupError> {
+        let kind = SchemaKind::parse(body.schema_type.as_deref()).map_err(LookupError::Refused)?;
+        let mut r = Registered {
+            id,
+            kind,
+            subject: subject.or(body.subject.zip(body.version)),
+            avro: None,
+            unusable: None,
+        };
+        if kind == SchemaKind::Avro {
+            let refs = self.references(&body.references, 0)?;
+            let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+            match AvroSchema::parse(&body.schema, &refs) {
+                Ok(s) => r.avro = Some(s),
+                Err(e) => r.unusable = Some(format!("schema {id}: {e}")),
+            }
+        }
+        Ok(r)
+    }
+
+    /// The texts of referenced schemas, each after the ones it references.
+    fn references(&self, refs: &[Reference], depth: usize) -> Result<Vec<String>, LookupError> {
+        if depth > 32 {
+            return Err(LookupError::Refused(
+                "schema references nest deeper than 32".into(),
+            ));
+        }
+        let mut out: Vec<String> = Vec::new();
+        for r in refs {
+            let path = format!("/subjects/{}/versions/{}", segment(&r.subject), r.version);
+            let body: SchemaBody = self.get("subject", &path)?;
+            for t in self.references(&body.references, depth + 1)? {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+            if !out.contains(&body.schema) {
+                out.push(body.schema);
+            }
+        }
+        Ok(out)
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+        path: &str,
+    ) -> Result<T, LookupError> {
+        let req = self.agent.get(&format!("{}{path}", self.base));
+        self.send(kind, path, req, None)
+    }
+
+    fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, LookupError> {
+        let req = self.agent.post(&format!("{}{path}", self.base));
+        self.send(kind, path, req, Some(body))
+    }
+
+    fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: &str,
+        path: &str,
+        mut req: ureq::Request,
+        body: Option<&serde_json::Value>,
+    ) -> Result<T, LookupError> {
+        req = req.set(
+            "Accept",
+            "application/vnd.schemaregistry.v1+json, application/json",
+        );
+        if let Some(a) = &self.auth {
+            req = req.set("Authorization", a);
+        }
+        let res = match body {
+            Some(b) => req
+                .set("Content-Type", "application/vnd.schemaregistry.v1+json")
+                .send_string(&b.to_string()),
+            None => req.call(),
+        };
+        let out = match res {
+            Ok(resp) => resp.into_json::<T>().map_err(|e| {
+                LookupError::Unavailable(format!("{}{path}: unreadable answer: {e}", self.base))
+            }),
+            Err(ureq::Error::Status(code, resp)) => {
+                let text = resp.into_string().unwrap_or_default();
+                let message = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
+                    .unwrap_or(text);
+                let why = format!("{}{path}: HTTP {code}: {message}", self.base);
+                Err(match code {
+                    404 => LookupError::NotFound(why),
+                    408 | 429 | 401 | 403 | 500..=599 => LookupError::Unavailable(why),
+                    _ => LookupError::Refused(why),
+                })
+            }
+            Err(e) => Err(LookupError::Unavailable(format!(
+                "{}{path}: {e}",
+                self.base
+            ))),
+        };
+        if let Some(m) = &self.metrics {
+            let result = match &out {
+                Ok(_) => "ok",
+                Err(LookupError::NotFound(_)) => "not_found",
+                Err(LookupError::Refused(_)) => "refused",
+                Err(LookupError::Unavailable(_)) => "unavailable",
+            };
+            m.schema_lookups.with_label_values(&[kind, result]).inc();
+        }
+        out
+    }
+}
+
+fn segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}

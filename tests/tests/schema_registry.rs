@@ -1,0 +1,415 @@
+//! Schema-registry topics end to end (docs/schema-registry.md): records written by an
+//! independent client (confluent-kafka's `AvroSerializer`, against `weir broker
+//! --schema-registry`) are decoded by Weir to JSON for the stage, and Weir's encoded outputs
+//! are read back by that client's `AvroDeserializer`. Bad records and outputs that do not fit
+//! go to the reject path with their reasons; a registry that is down holds the lane.
+
+use std::time::{Duration, Instant};
+
+use weir_tests::kafka::{spawn_weir, Broker};
+use weir_tests::plugins::PASSTHROUGH;
+use weir_tests::secure::{python_run, tool, tools};
+use weir_tests::{free_port, gauge, scrape, scratch, stage, try_scrape, Scratch};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// v1 of the input: nested records, an array of records, a map, unions (one with three
+/// branches), an enum, and the logical types with a stated JSON form.
+const ORDER_V1: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+ {"name":"id","type":"long"},
+ {"name":"customer","type":{"type":"record","name":"Customer","fields":[
+   {"name":"name","type":"string"},{"name":"vip","type":"boolean"}]}},
+ {"name":"items","type":{"type":"array","items":{"type":"record","name":"Item","fields":[
+   {"name":"sku","type":"string"},{"name":"qty","type":"int"},
+   {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}}]}}},
+ {"name":"attrs","type":{"type":"map","values":"string"}},
+ {"name":"note","type":["null","string"],"default":null},
+ {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID","CANCELLED"]}},
+ {"name":"placed","type":{"type":"long","logicalType":"timestamp-millis"}},
+ {"name":"day","type":{"type":"int","logicalType":"date"}},
+ {"name":"ref","type":{"type":"string","logicalType":"uuid"}},
+ {"name":"blob","type":"bytes"},
+ {"name":"code","type":{"type":"fixed","name":"Code","size":4}},
+ {"name":"score","type":["null","double","string"]}
+]}"#;
+
+/// Python: the producer's records (`make(i)`) and the schemas, shared by both scripts.
+fn python_prelude(b: &Broker, s: &Scratch) -> String {
+    let v1 = s.write("order-v1.avsc", ORDER_V1);
+    // v2 adds a field with a default (schema evolution on one subject).
+    let v2 = ORDER_V1.replace(
+        r#" {"name":"score""#,
+        r#" {"name":"channel","type":"string","default":"web"},
+ {"name":"score""#,
+    );
+    let v2 = s.write("order-v2.avsc", &v2);
+    format!(
+        r#"
+import datetime, decimal, json, uuid
+from confluent_kafka import Producer, Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient, Schema
+from confluent_kafka.schema_registry.avro import AvroSerializer, AvroDeserializer
+from confluent_kafka.serialization import SerializationContext, MessageField
+BS = "{bs}"
+sr = SchemaRegistryClient({{"url": "{url}"}})
+V1 = open("{v1}").read()
+V2 = open("{v2}").read()
+STATUS = ["NEW", "PAID", "CANCELLED"]
+def make(i):
+    r = {{
+        "id": i - 5,
+        "customer": {{"name": "cüstomer \"%d\"" % i, "vip": i % 2 == 0}},
+        "items": [{{"sku": "s%d-%d" % (i, k), "qty": k - 1, "price": decimal.Decimal(i * 100 + k).scaleb(-2) * (-1 if k == 2 else 1)}} for k in range(i % 4)],
+        "attrs": {{"k%d" % k: "v" * k for k in range(i % 3)}},
+        "note": None if i % 5 else "note %d" % i,
+        "status": STATUS[i % 3],
+        "placed": datetime.datetime(2026, 12, 5, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=i * 1001 - 50000),
+        "day": datetime.date(1969, 12, 1) + datetime.timedelta(days=i),
+        "ref": uuid.UUID(int=i * 7919),
+        "blob": bytes(range(i % 7)) + b"\xff",
+        "code": bytes([i % 256, 0, 255, 7]),
+        "score": [None, i / 8.0, "s%d" % i][i % 3],
+    }}
+    return r
+"#,
+        bs = b.bootstrap,
+        url = b.registry.as_deref().expect("the broker's registry"),
+        v1 = v1.display(),
+        v2 = v2.display()
+    )
+}
+
+#[test]
+fn avro_from_an_independent_producer_is_decoded_for_the_stage_and_encoded_for_an_independent_reader(
+) {
+    let t = tools();
+    let python = tool(&t, "WEIR_KAFKA_PYTHON");
+    let b = Broker::with_registry(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let s = scratch!();
+    let prelude = python_prelude(&b, &s);
+    let n = 300;
+    // v1 and v2 interleaved on one subject, then four bad records.
+    let ids = python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+p = Producer({{"bootstrap.servers": BS}})
+ctx = SerializationContext("in", MessageField.VALUE)
+s1, s2 = AvroSerializer(sr, V1), AvroSerializer(sr, V2)
+for i in range({n}):
+    r = make(i)
+    if i % 2:
+        r["channel"] = "app%d" % i
+        p.produce("in", key=str(i), value=s2(r, ctx))
+    else:
+        p.produce("in", key=str(i), value=s1(r, ctx))
+id1 = sr.lookup_schema("in-value", Schema(V1, "AVRO")).schema_id
+id2 = sr.lookup_schema("in-value", Schema(V2, "AVRO")).schema_id
+p.produce("in", key="bad-no-magic", value=b'{{"id": 1}}')
+p.produce("in", key="bad-truncated", value=b"\x00\x00\x00")
+p.produce("in", key="bad-unknown-id", value=b"\x00\x00\x00\x03\xe7\x02")
+p.produce("in", key="bad-not-its-schema", value=b"\x00" + id1.to_bytes(4, "big") + b"\x02\xff\xff\xff")
+assert p.flush(30) == 0
+print(id1, id2)
+"#
+        ),
+    );
+    let ids: Vec<u32> = ids.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+
+    // The output schema: v2 whose Status has no CANCELLED (those outputs do not fit).
+    let out_schema = ORDER_V1.replace(r#","CANCELLED"]"#, "]").replace(
+        r#" {"name":"score""#,
+        r#" {"name":"channel","type":"string","default":"web"},
+ {"name":"score""#,
+    );
+    s.write("order-out.avsc", &out_schema);
+    let registry = b.registry.clone().unwrap();
+    let yaml = format!(
+        "source:\n  kafka:\n    brokers: {bs}\n    topics: [in]\n    group: avro\n    stop_at_end: true\n    decode: {{ format: auto, registry: {{ url: '{registry}' }} }}\nstages:\n{st}sink:\n  kafka:\n    brokers: {bs}\n    topic: out\n    encode:\n      format: avro\n      registry: {{ url: '{registry}' }}\n      schema: order-out.avsc\n      auto_register: true\nreject:\n  kafka:\n    brokers: {bs}\n    topic: dlq\nruntime:\n  connect_timeout: 10s\n",
+        bs = b.bootstrap,
+        st = stage("pass", PASSTHROUGH, &[])
+    );
+    s.write("avro.yaml", &yaml);
+    let out = s.run(&["run", "avro.yaml", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "weir run: {err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON report");
+    let cancelled = (0..n).filter(|i| i % 3 == 2).count();
+    assert_eq!(report["read"], n + 4, "{report}");
+    assert_eq!(report["written"], n - cancelled, "{report}");
+    assert_eq!(report["rejected"], cancelled + 4, "{report}");
+
+    // The independent reader decodes every output with the schema Weir registered, and
+    // each equals what was produced (v1 records with v2's default filled in).
+    let seen = python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+d = AvroDeserializer(sr)
+c = Consumer({{"bootstrap.servers": BS, "group.id": "py-avro", "enable.partition.eof": True}})
+c.assign([TopicPartition("out", 0, 0)])
+got, bad, schema_ids = {{}}, [], set()
+while True:
+    m = c.poll(10)
+    assert m is not None, "timed out reading out"
+    if m.error():
+        break
+    schema_ids.add(int.from_bytes(m.value()[1:5], "big"))
+    v = d(m.value(), SerializationContext("out", MessageField.VALUE))
+    i = int(m.key())
+    want = make(i)
+    want["channel"] = "app%d" % i if i % 2 else "web"
+    if v != want:
+        bad.append((i, repr(v), repr(want)))
+    got[i] = got.get(i, 0) + 1
+want = [i for i in range({n}) if i % 3 != 2]
+print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for i in got if i not in want],
+    "duplicated": [i for i, k in got.items() if k > 1], "different": bad[:3], "n_different": len(bad),
+    "schemas": sorted(schema_ids), "subjects": sr.get_subjects()}}))
+"#
+        ),
+    );
+    let seen: serde_json::Value = serde_json::from_str(seen.trim()).expect("the reader's summary");
+    for k in ["missing", "extra", "duplicated", "different"] {
+        assert_eq!(seen[k], serde_json::json!([]), "{k}: {seen}");
+    }
+    assert_eq!(seen["schemas"].as_array().unwrap().len(), 1, "{seen}");
+    assert!(
+        seen["subjects"]
+            .as_array()
+            .unwrap()
+            .contains(&"out-value".into()),
+        "the output schema was registered under out-value: {seen}"
+    );
+
+    // Each bad record and each output that does not fit is on the reject path with a reason
+    // that says what was wrong; the stage saw the schema of each decoded record.
+    let dlq = b.read("dlq");
+    assert_eq!(dlq.len(), cancelled + 4, "{dlq:?}");
+    let reason = |key: &str| {
+        dlq.iter()
+            .find(|r| r.key == key)
+            .unwrap_or_else(|| panic!("no reject for {key}: {dlq:?}"))
+            .header("weir.reason")
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        reason("bad-no-magic").contains("magic byte"),
+        "{}",
+        reason("bad-no-magic")
+    );
+    assert!(
+        reason("bad-truncated").contains("too short"),
+        "{}",
+        reason("bad-truncated")
+    );
+    assert!(
+        reason("bad-unknown-id").contains("schema id 999"),
+        "{}",
+        reason("bad-unknown-id")
+    );
+    assert!(
+        reason("bad-not-its-schema").contains(&format!("id {}", ids[0])),
+        "{}",
+        reason("bad-not-its-schema")
+    );
+    for r in dlq.iter().filter(|r| !r.key.starts_with("bad-")) {
+        let i: usize = r.key.parse().expect("a produced key");
+        assert_eq!(i % 3, 2, "only CANCELLED orders are rejected: {r:?}");
+        assert_eq!(r.header("weir.stage"), Some("weir.encode"), "{r:?}");
+        let why = r.header("weir.reason").unwrap_or_default();
+        assert!(
+            why.contains("$.status") && why.contains("CANCELLED"),
+            "{why}"
+        );
+        let (id, version) = if i % 2 == 1 {
+            (ids[1], "2")
+        } else {
+            (ids[0], "1")
+        };
+        assert_eq!(
+            r.header("weir.schema.id"),
+            Some(id.to_string().as_str()),
+            "{r:?}"
+        );
+        assert_eq!(r.header("weir.schema.subject"), Some("in-value"), "{r:?}");
+        assert_eq!(r.header("weir.schema.version"), Some(version), "{r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.value).expect("the stage's JSON");
+        assert_eq!(v["status"], "CANCELLED");
+        assert_eq!(
+            v["placed"].as_str().map(|t| t.ends_with('Z')),
+            Some(true),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn a_registry_that_is_down_holds_the_lane_and_rejects_nothing_then_it_goes_on() {
+    let t = tools();
+    let python = tool(&t, "WEIR_KAFKA_PYTHON");
+    let mut b = Broker::with_registry(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let s = scratch!();
+    let prelude = python_prelude(&b, &s);
+    let n = 50;
+    python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+p = Producer({{"bootstrap.servers": BS}})
+ser = AvroSerializer(sr, V1)
+for i in range({n}):
+    p.produce("in", key=str(i), value=ser(make(i), SerializationContext("in", MessageField.VALUE)))
+assert p.flush(30) == 0
+"#
+        ),
+    );
+    b.command("registry-down");
+    let port = free_port();
+    let registry = b.registry.clone().unwrap();
+    let yaml = format!(
+        "source:\n  kafka:\n    brokers: {bs}\n    topics: [in]\n    group: held\n    stop_at_end: true\n    decode: {{ registry: {{ url: '{registry}' }} }}\nstages:\n{st}sink:\n  kafka:\n    brokers: {bs}\n    topic: out\nreject:\n  kafka:\n    brokers: {bs}\n    topic: dlq\nruntime:\n  metrics: 127.0.0.1:{port}\n  connect_timeout: 10s\n",
+        bs = b.bootstrap,
+        st = stage("pass", PASSTHROUGH, &[])
+    );
+    s.write("held.yaml", &yaml);
+    let mut weir = spawn_weir(&s, "held.yaml", "weir.log");
+    // Held: the lane waits, nothing comes out, nothing is rejected, the gauge says so.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = try_scrape(port, "/metrics")
+            .ok()
+            .and_then(|(_, body)| gauge(&body, "weir_schema_held_lanes"));
+        if held == Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lane never held: {held:?}; log: {}",
+            weir_tests::evidence::tail(&s.path("weir.log"))
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        weir.try_wait().unwrap().is_none(),
+        "weir ended while the registry was down"
+    );
+    assert_eq!(
+        b.read("out").len(),
+        0,
+        "outputs while the registry was down"
+    );
+    assert_eq!(
+        b.read("dlq").len(),
+        0,
+        "rejects while the registry was down"
+    );
+    let (_, body) = scrape(port, "/metrics");
+    let unavailable = body
+        .lines()
+        .find(|l| l.starts_with("weir_schema_registry_requests_total") && l.contains("unavailable"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(
+        unavailable >= 2.0,
+        "it asked again with backoff: {unavailable}\n{body}"
+    );
+    // Up again: everything goes through, nothing rejected.
+    b.command("registry-up");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = weir.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "weir did not finish after the registry came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = weir_tests::evidence::tail(&s.path("weir.log"));
+    assert!(status.success(), "weir exited {status}: {log}");
+    let out = b.read("out");
+    assert_eq!(out.len(), n, "{log}");
+    assert_eq!(b.read("dlq").len(), 0, "{log}");
+    let first: serde_json::Value = serde_json::from_str(&out[0].value).expect("JSON for the stage");
+    assert_eq!(first["id"], -5, "{first}");
+    assert_eq!(out[0].header("weir.schema.subject"), Some("in-value"));
+    assert!(log.contains("holds"), "the log says the lane held: {log}");
+}
+
+#[test]
+fn an_encoder_whose_subject_lacks_its_schema_stops_the_start_naming_the_subject() {
+    let b = Broker::with_registry(WEIR, &[("in", 1), ("out", 1)]);
+    let s = scratch!();
+    s.write("order.avsc", ORDER_V1);
+    let registry = b.registry.clone().unwrap();
+    let yaml = format!(
+        "source:\n  kafka:\n    brokers: {bs}\n    topics: [in]\n    group: g\n    stop_at_end: true\nsink:\n  kafka:\n    brokers: {bs}\n    topic: out\n    encode: {{ format: avro, registry: {{ url: '{registry}' }}, schema: order.avsc }}\nruntime:\n  connect_timeout: 10s\n",
+        bs = b.bootstrap
+    );
+    s.write("enc.yaml", &yaml);
+    let out = s.run(&["run", "enc.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("sink.kafka.encode")
+            && err.contains("subject `out-value`")
+            && err.contains("auto_register"),
+        "{err}"
+    );
+    // A registry nobody listens on: said at start, naming the address.
+    let port = free_port();
+    s.write(
+        "down.yaml",
+        &yaml.replace(&registry, &format!("http://127.0.0.1:{port}")),
+    );
+    let out = s.run(&["run", "down.yaml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+}
+
+#[test]
+fn the_yaml_in_docs_schema_registry_md_loads() {
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/schema-registry.md"
+    ))
+    .expect("docs/schema-registry.md");
+    let yaml = docs
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a yaml block");
+    let s = scratch!();
+    s.write("docs.yaml", yaml);
+    let out = s
+        .weir(&["check", "docs.yaml"])
+        .env("SR_KEY", "key")
+        .env("SR_SECRET", "secret")
+        .output()
+        .expect("weir check");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A typo in the block is named with its line and field.
+    s.write("typo.yaml", &yaml.replace("cache_ttl:", "cache_tll:"));
+    let out = s
+        .weir(&["check", "typo.yaml"])
+        .env("SR_KEY", "key")
+        .env("SR_SECRET", "secret")
+        .output()
+        .expect("weir check");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cache_tll") && err.contains("line"),
+        "{err}"
+    );
+}
