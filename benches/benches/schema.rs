@@ -15,8 +15,6 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::sync::Arc;
-
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use weir::message::{Envelope, Lane, Message};
 use weir::metrics::Metrics;
@@ -46,8 +44,8 @@ fn json(i: usize) -> String {
         ["open", "paid", "shipped"][i % 3],
         i % 10,
         i % 100,
-        i % 2 == 0,
-        if i % 4 == 0 {
+        i.is_multiple_of(2),
+        if i.is_multiple_of(4) {
             "\"leave at door\"".to_owned()
         } else {
             "null".to_owned()
@@ -104,7 +102,6 @@ fn schema(c: &mut Criterion) {
         partition: 0,
         generation: 0,
     };
-    let codecs = Arc::new(codecs);
 
     let mut g = c.benchmark_group("schema_chain");
     g.throughput(Throughput::Elements(BATCH as u64));

@@ -409,7 +409,10 @@ fn the_yaml_in_docs_schema_registry_md_loads() {
         .expect("weir check");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && err.contains("cache_tll") && err.contains("line"),
+        !out.status.success()
+            && err.contains("typo.yaml:11:")
+            && err.contains("source.kafka.decode.registry.cache_tll")
+            && err.contains("did you mean `cache_ttl`"),
         "{err}"
     );
 }

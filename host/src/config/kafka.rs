@@ -60,10 +60,10 @@ pub struct KafkaSource {
     /// Values in the schema registry's wire format (Avro) become JSON text before the first
     /// stage, with the schema in the `weir.schema.*` headers (docs/schema-registry.md).
     #[serde(default)]
-    pub decode: Option<super::schema::Decode>,
+    pub decode: Option<Box<super::schema::Decode>>,
     /// The same for keys.
     #[serde(default)]
-    pub decode_key: Option<super::schema::Decode>,
+    pub decode_key: Option<Box<super::schema::Decode>>,
 }
 
 fn default_commit_interval() -> Duration {
@@ -198,7 +198,7 @@ pub struct KafkaSink {
     /// registry's wire format; one that does not fit goes to the reject path
     /// (docs/schema-registry.md).
     #[serde(default)]
-    pub encode: Option<super::schema::Encode>,
+    pub encode: Option<Box<super::schema::Encode>>,
 }
 
 /// A YAML scalar as the text librdkafka takes.

@@ -211,7 +211,7 @@ fn changelog_for(
     let topics = state.changelog_topics();
     crate::sink::changelog::KafkaChangelog::ensure_topics(src, &topics)
         .map_err(StartError::Changelog)?;
-    let queued = crate::kafka::queued::Queued::of(&metrics, "changelog");
+    let queued = crate::kafka::queued::Queued::of(metrics, "changelog");
     let c = crate::sink::changelog::KafkaChangelog::open(src, txns, fatal, Some(queued))?;
     Ok(Some(Arc::new(c)))
 }

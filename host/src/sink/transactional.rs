@@ -166,7 +166,7 @@ impl KafkaTransactions {
                 metrics.produced.with_label_values(&[Role::Rejects.label()]),
             ],
             fatal,
-            queued: crate::kafka::queued::Queued::of(&metrics, "transactions"),
+            queued: crate::kafka::queued::Queued::of(metrics, "transactions"),
         }
     }
 
