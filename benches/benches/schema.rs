@@ -77,8 +77,9 @@ fn schema(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("dir");
     std::fs::write(dir.path().join("order.avsc"), SCHEMA).expect("schema file");
     let yaml = format!(
-        "name: bench\nsource:\n  kafka:\n    brokers: 127.0.0.1:9\n    topics: [in]\n    group: bench\n    decode: {{ registry: {{ url: '{url}' }} }}\nsink:\n  kafka:\n    brokers: 127.0.0.1:9\n    topic: out\n    encode: {{ format: avro, registry: {{ url: '{url}' }}, schema: order.avsc, auto_register: true }}\nruntime:\n  watch_plugins: false\nstages:\n  - name: pass\n    plugin: {PASSTHROUGH}\n",
-        url = registry.url()
+        "name: bench\nsource:\n  kafka:\n    brokers: 127.0.0.1:9\n    topics: [in]\n    group: bench\n    decode: {{ registry: {{ url: '{url}' }} }}\nsink:\n  kafka:\n    brokers: 127.0.0.1:9\n    topic: out\n    encode: {{ format: avro, registry: {{ url: '{url}' }}, schema: '{schema}', auto_register: true }}\nruntime:\n  watch_plugins: false\nstages:\n  - name: pass\n    plugin: {PASSTHROUGH}\n",
+        url = registry.url(),
+        schema = dir.path().join("order.avsc").display()
     );
     let cfg =
         weir::config::load_str(&dir.path().join("bench.yaml"), &yaml, &|_| None).expect("pipeline");

@@ -18,6 +18,8 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use serde_json::Value;
 
+use super::json::Json;
+
 /// A schema that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("Avro schema: {0}")]
@@ -61,7 +63,7 @@ struct Field {
     /// `"name":` ready to write.
     key: Box<str>,
     node: usize,
-    default: Option<Value>,
+    default: Option<Json<'static>>,
 }
 
 #[derive(Debug)]
@@ -160,14 +162,8 @@ impl AvroSchema {
 
     /// Appends the binary encoding of a JSON text.
     pub fn from_json(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
-        let v: Value =
-            serde_json::from_slice(json).map_err(|e| FitError::new(format!("not JSON: {e}")))?;
+        let v = Json::parse(json).map_err(|e| FitError::new(format!("not JSON: {e}")))?;
         self.encode(self.root, &v, out)
-    }
-
-    /// Appends the binary encoding of a JSON value.
-    pub fn encode_value(&self, v: &Value, out: &mut Vec<u8>) -> Result<(), FitError> {
-        self.encode(self.root, v, out)
     }
 
     fn write_json(&self, n: usize, r: &mut &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
@@ -295,12 +291,13 @@ impl AvroSchema {
             }
             Node::Date => {
                 let days = long(r)?;
-                let d = chrono::NaiveDate::from_num_days_from_ce_opt(
-                    i32::try_from(days + 719_163)
-                        .map_err(|_| FitError::new("date out of range"))?,
-                )
-                .ok_or_else(|| FitError::new(format!("date {days} out of range")))?;
-                let _ = write!(Text(out), "\"{}\"", d.format("%Y-%m-%d"));
+                out.push(b'"');
+                if !write_date(out, days) {
+                    return Err(FitError::new(format!(
+                        "date {days} is outside the years 0-9999"
+                    )));
+                }
+                out.push(b'"');
             }
             Node::Time(unit) => {
                 let v = long(r)?;
@@ -321,19 +318,29 @@ impl AvroSchema {
             Node::Timestamp { unit, local } => {
                 let v = long(r)?;
                 let (secs, nanos) = split_units(v, *unit);
-                let t = chrono::DateTime::from_timestamp(secs, nanos as u32)
-                    .ok_or_else(|| FitError::new(format!("timestamp {v} out of range")))?;
-                let f = match unit {
-                    Unit::Millis => "%Y-%m-%dT%H:%M:%S%.3f",
-                    Unit::Micros => "%Y-%m-%dT%H:%M:%S%.6f",
-                    Unit::Nanos => "%Y-%m-%dT%H:%M:%S%.9f",
-                };
-                let _ = write!(
-                    Text(out),
-                    "\"{}{}\"",
-                    t.naive_utc().format(f),
-                    if *local { "" } else { "Z" }
-                );
+                out.push(b'"');
+                if !write_date(out, secs.div_euclid(86_400)) {
+                    return Err(FitError::new(format!(
+                        "timestamp {v} is outside the years 0-9999"
+                    )));
+                }
+                let t = secs.rem_euclid(86_400);
+                out.push(b'T');
+                digits(out, t / 3600, 2);
+                out.push(b':');
+                digits(out, t / 60 % 60, 2);
+                out.push(b':');
+                digits(out, t % 60, 2);
+                out.push(b'.');
+                match unit {
+                    Unit::Millis => digits(out, nanos / 1_000_000, 3),
+                    Unit::Micros => digits(out, nanos / 1_000, 6),
+                    Unit::Nanos => digits(out, nanos, 9),
+                }
+                if !*local {
+                    out.push(b'Z');
+                }
+                out.push(b'"');
             }
             Node::Duration => {
                 let b = take(r, 12)?;
@@ -350,8 +357,8 @@ impl AvroSchema {
         Ok(())
     }
 
-    fn encode(&self, n: usize, v: &Value, out: &mut Vec<u8>) -> Result<(), FitError> {
-        let want = |what: &str| FitError::new(format!("expected {what}, got {}", kind(v)));
+    fn encode(&self, n: usize, v: &Json<'_>, out: &mut Vec<u8>) -> Result<(), FitError> {
+        let want = |what: &str| FitError::new(format!("expected {what}, got {}", v.kind()));
         match &self.nodes[n] {
             Node::Null | Node::Placeholder => {
                 if !v.is_null() {
@@ -428,8 +435,13 @@ impl AvroSchema {
                     .as_object()
                     .ok_or_else(|| want(&format!("an object (record {name})")))?;
                 let mut used = 0;
-                for f in fields {
-                    let x = match m.get(&f.name) {
+                for (i, f) in fields.iter().enumerate() {
+                    // Usually the members come in schema order: one comparison.
+                    let found = match m.get(i) {
+                        Some((k, x)) if *k == f.name => Some(x),
+                        _ => m.iter().find(|(k, _)| *k == f.name).map(|(_, x)| x),
+                    };
+                    let x = match found {
                         Some(x) => {
                             used += 1;
                             x
@@ -445,19 +457,21 @@ impl AvroSchema {
                         .map_err(|e| e.within(&format!(".{}", f.name)))?;
                 }
                 if used < m.len() {
-                    let extra = m
-                        .keys()
-                        .find(|k| !fields.iter().any(|f| &f.name == *k))
-                        .expect("a key that is not a field");
-                    return Err(FitError::new(format!(
-                        "field `{extra}` is not in record {name}"
-                    )));
+                    return Err(FitError::new(
+                        match m.iter().find(|(k, _)| !fields.iter().any(|f| f.name == *k)) {
+                            Some((extra, _)) => format!("field `{extra}` is not in record {name}"),
+                            None => format!("a field of record {name} appears twice"),
+                        },
+                    ));
                 }
             }
             Node::Union(branches) => {
                 let start = out.len();
                 let mut last = None;
                 for (i, b) in branches.iter().enumerate() {
+                    if !self.may_fit(*b, v) {
+                        continue;
+                    }
                     put_long(out, i as i64);
                     match self.encode(*b, v, out) {
                         Ok(()) => return Ok(()),
@@ -527,7 +541,7 @@ impl AvroSchema {
             }
             Node::Date => {
                 let days = match v {
-                    Value::String(s) => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                    Json::Str(s) => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
                         .map(|d| d.num_days_from_ce() as i64 - 719_163)
                         .map_err(|_| FitError::new(format!("`{s}` is not a date (YYYY-MM-DD)")))?,
                     _ => v.as_i64().ok_or_else(|| want("a date"))?,
@@ -536,14 +550,17 @@ impl AvroSchema {
             }
             Node::Time(unit) => {
                 let n = match v {
-                    Value::String(s) => {
+                    Json::Str(s) => {
                         let t =
                             chrono::NaiveTime::parse_from_str(s, "%H:%M:%S%.f").map_err(|_| {
                                 FitError::new(format!("`{s}` is not a time of day (HH:MM:SS.fff)"))
                             })?;
-                        let nanos = t.num_seconds_from_midnight() as i64 * 1_000_000_000
-                            + t.nanosecond() as i64;
-                        from_nanos(nanos, *unit, s)?
+                        in_units(
+                            t.num_seconds_from_midnight() as i64,
+                            t.nanosecond() as i64,
+                            *unit,
+                            s,
+                        )?
                     }
                     _ => v.as_i64().ok_or_else(|| want("a time of day"))?,
                 };
@@ -551,7 +568,11 @@ impl AvroSchema {
             }
             Node::Timestamp { unit, local } => {
                 let n = match v {
-                    Value::String(s) => {
+                    Json::Str(s) if fast_timestamp(s, *local).is_some() => {
+                        let (secs, nanos) = fast_timestamp(s, *local).expect("checked");
+                        in_units(secs, nanos, *unit, s)?
+                    }
+                    Json::Str(s) => {
                         let t = if *local {
                             chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
                                 .map(|t| t.and_utc())
@@ -567,10 +588,7 @@ impl AvroSchema {
                                 if *local { "local " } else { "RFC 3339 " }
                             ))
                         })?;
-                        let nanos = t
-                            .timestamp_nanos_opt()
-                            .ok_or_else(|| FitError::new(format!("`{s}` is out of range")))?;
-                        from_nanos(nanos, *unit, s)?
+                        in_units(t.timestamp(), t.timestamp_subsec_nanos() as i64, *unit, s)?
                     }
                     _ => v.as_i64().ok_or_else(|| want("a timestamp"))?,
                 };
@@ -582,8 +600,9 @@ impl AvroSchema {
                     .ok_or_else(|| want("{\"months\", \"days\", \"millis\"}"))?;
                 for k in ["months", "days", "millis"] {
                     let x = m
-                        .get(k)
-                        .and_then(Value::as_u64)
+                        .iter()
+                        .find(|(name, _)| name == k)
+                        .and_then(|(_, x)| x.as_u64())
                         .and_then(|x| u32::try_from(x).ok())
                         .ok_or_else(|| {
                             FitError::new(format!(
@@ -598,6 +617,37 @@ impl AvroSchema {
             }
         }
         Ok(())
+    }
+
+    /// Whether a value's JSON kind can be the node's: a cheap test before a union branch is
+    /// tried (a miss would build an error message).
+    fn may_fit(&self, n: usize, v: &Json<'_>) -> bool {
+        match (&self.nodes[n], v) {
+            (Node::Union(_), _) => true,
+            (Node::Null | Node::Placeholder, j) => j.is_null(),
+            (_, Json::Null) => false,
+            (Node::Boolean, j) => matches!(j, Json::Bool(_)),
+            (Node::Int | Node::Long, j) => matches!(j, Json::Int(_)),
+            (Node::Float | Node::Double | Node::Decimal { .. }, j) => {
+                matches!(
+                    j,
+                    Json::Int(_) | Json::Uint(_) | Json::Float(_) | Json::Str(_)
+                )
+            }
+            (
+                Node::Bytes | Node::Fixed(_) | Node::String | Node::Enum { .. } | Node::Uuid { .. },
+                j,
+            ) => {
+                matches!(j, Json::Str(_))
+            }
+            (Node::Date | Node::Time(_) | Node::Timestamp { .. }, j) => {
+                matches!(j, Json::Str(_) | Json::Int(_))
+            }
+            (Node::Array(_), j) => matches!(j, Json::Array(_)),
+            (Node::Map(_) | Node::Record { .. } | Node::Duration, j) => {
+                matches!(j, Json::Object(_))
+            }
+        }
     }
 
     /// The name a union branch goes by: a named type's full name, else the type's.
@@ -823,7 +873,7 @@ impl Builder {
                                 name: fname.to_owned(),
                                 key: String::from_utf8(key).expect("JSON text").into(),
                                 node,
-                                default: f.get("default").cloned(),
+                                default: f.get("default").map(Json::from_value),
                             });
                         }
                         Node::Record { name: full, fields }
@@ -962,16 +1012,15 @@ fn float(out: &mut Vec<u8>, f: f64) {
     }
 }
 
-fn float_of(v: &Value) -> Option<f64> {
+fn float_of(v: &Json<'_>) -> Option<f64> {
     match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => match s.as_str() {
+        Json::Str(s) => match &**s {
             "NaN" => Some(f64::NAN),
             "Infinity" => Some(f64::INFINITY),
             "-Infinity" => Some(f64::NEG_INFINITY),
             _ => None,
         },
-        _ => None,
+        n => n.as_f64(),
     }
 }
 
@@ -994,22 +1043,10 @@ fn base64_json(out: &mut Vec<u8>, b: &[u8]) {
     out.push(b'"');
 }
 
-fn from_base64(v: &Value) -> Option<Vec<u8>> {
+fn from_base64(v: &Json<'_>) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD
         .decode(v.as_str()?)
         .ok()
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
-        Value::Number(_) => "a number",
-        Value::String(_) => "text",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// A big-endian two's complement integer of up to 16 bytes.
@@ -1071,14 +1108,14 @@ fn decimal_text(out: &mut Vec<u8>, unscaled: i128, scale: u32) {
 
 /// A decimal from text or a JSON number: the unscaled integer at `scale`. More fraction
 /// digits than the scale is an error (never rounded).
-fn decimal_of(v: &Value, scale: u32) -> Result<i128, FitError> {
+fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
     let text = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
+        Json::Str(s) => s.to_string(),
+        Json::Int(_) | Json::Uint(_) | Json::Float(_) => v.to_string(),
         _ => {
             return Err(FitError::new(format!(
                 "expected a decimal, got {}",
-                kind(v)
+                v.kind()
             )))
         }
     };
@@ -1125,13 +1162,15 @@ fn split_units(v: i64, unit: Unit) -> (i64, i64) {
     (secs, frac)
 }
 
-fn from_nanos(nanos: i64, unit: Unit, text: &str) -> Result<i64, FitError> {
-    let per = match unit {
-        Unit::Millis => 1_000_000,
-        Unit::Micros => 1_000,
-        Unit::Nanos => 1,
+/// Seconds and nanoseconds as the schema's unit; finer than the unit is refused (never
+/// rounded), and so is a time the unit's 64 bits cannot hold.
+fn in_units(secs: i64, nanos: i64, unit: Unit, text: &str) -> Result<i64, FitError> {
+    let (per_sec, per) = match unit {
+        Unit::Millis => (1_000, 1_000_000),
+        Unit::Micros => (1_000_000, 1_000),
+        Unit::Nanos => (1_000_000_000, 1),
     };
-    if nanos.rem_euclid(per) != 0 {
+    if nanos % per != 0 {
         return Err(FitError::new(format!(
             "`{text}` is finer than the schema's {}",
             match unit {
@@ -1141,7 +1180,126 @@ fn from_nanos(nanos: i64, unit: Unit, text: &str) -> Result<i64, FitError> {
             }
         )));
     }
-    Ok(nanos.div_euclid(per))
+    secs.checked_mul(per_sec)
+        .and_then(|v| v.checked_add(nanos / per))
+        .ok_or_else(|| FitError::new(format!("`{text}` is out of the schema's range")))
+}
+
+/// Days since 1970-01-01 of a civil date (proleptic Gregorian; H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of days since 1970-01-01.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `YYYY-MM-DD`; false (nothing written) outside the years 0-9999.
+fn write_date(out: &mut Vec<u8>, days: i64) -> bool {
+    if !(-719_528..=2_932_896).contains(&days) {
+        return false;
+    }
+    let (y, m, d) = civil_from_days(days);
+    digits(out, y, 4);
+    out.push(b'-');
+    digits(out, m, 2);
+    out.push(b'-');
+    digits(out, d, 2);
+    true
+}
+
+/// `v` (non-negative) in exactly `width` decimal digits.
+fn digits(out: &mut Vec<u8>, mut v: i64, width: usize) {
+    let at = out.len();
+    out.resize(at + width, b'0');
+    for i in (at..at + width).rev() {
+        out[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]` with `Z` (or nothing, for a local timestamp), the form
+/// the decoder writes, without a general parser: seconds since the epoch and nanoseconds.
+/// Anything else (an offset, a leap second) is `None`, for the general parser.
+fn fast_timestamp(s: &str, local: bool) -> Option<(i64, i64)> {
+    let b = s.as_bytes();
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| {
+        b[r].iter().try_fold(0i64, |a, &c| {
+            c.is_ascii_digit().then(|| a * 10 + i64::from(c - b'0'))
+        })
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&mo)
+        || d < 1
+        || d > month_days[mo as usize - 1]
+        || h > 23
+        || mi > 59
+        || se > 59
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos = 0;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let n = i - start;
+        if n == 0 || n > 9 {
+            return None;
+        }
+        nanos = num(start..i)? * 10i64.pow(9 - n as u32);
+    }
+    match (&b[i..], local) {
+        (b"Z", false) | (b"", true) => {}
+        _ => return None,
+    }
+    Some((
+        days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se,
+        nanos,
+    ))
 }
 
 #[cfg(test)]
@@ -1299,6 +1457,56 @@ mod tests {
         let mut b = Vec::new();
         s.from_json(br#"{"B":{}}"#, &mut b).unwrap();
         assert_eq!(b, [4]);
+    }
+
+    #[test]
+    fn dates_and_timestamps_match_chrono_across_the_calendar() {
+        let t =
+            AvroSchema::parse(r#"{"type":"long","logicalType":"timestamp-millis"}"#, &[]).unwrap();
+        let d = AvroSchema::parse(r#"{"type":"int","logicalType":"date"}"#, &[]).unwrap();
+        // Every day from 1600 to 2400, and millisecond instants around the epoch and leap days.
+        for days in (-135_140..157_000).step_by(7) {
+            let mut b = Vec::new();
+            put_long(&mut b, days);
+            let mut out = Vec::new();
+            d.to_json(&b, &mut out).unwrap();
+            let want = chrono::NaiveDate::from_num_days_from_ce_opt(days as i32 + 719_163).unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("\"{}\"", want.format("%Y-%m-%d"))
+            );
+            let ms = days * 86_400_000 + (days * 7919).rem_euclid(86_400_000);
+            let mut b = Vec::new();
+            put_long(&mut b, ms);
+            let mut out = Vec::new();
+            t.to_json(&b, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            let want = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+            assert_eq!(
+                text,
+                format!("\"{}\"", want.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+            );
+            // And back, by the fast parser and by chrono's (an offset).
+            let mut again = Vec::new();
+            t.from_json(text.as_bytes(), &mut again).unwrap();
+            assert_eq!(again, b, "{text}");
+            let offset = format!(
+                "\"{}\"",
+                want.with_timezone(&chrono::FixedOffset::east_opt(5400).unwrap())
+                    .to_rfc3339()
+            );
+            let mut again = Vec::new();
+            t.from_json(offset.as_bytes(), &mut again).unwrap();
+            assert_eq!(again, b, "{offset}");
+        }
+        assert!(fast_timestamp("2026-02-29T00:00:00Z", false).is_none());
+        assert!(fast_timestamp("2024-02-29T00:00:00Z", false).is_some());
+        assert!(fast_timestamp("2024-02-29T00:00:00", false).is_none());
+        assert!(t
+            .from_json(br#""2026-12-05T00:00:00.0001Z""#, &mut Vec::new())
+            .unwrap_err()
+            .why
+            .contains("finer"));
     }
 
     #[test]

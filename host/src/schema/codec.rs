@@ -207,6 +207,9 @@ pub struct Encoder {
     default_topic: String,
     /// Per subject: the schema to encode with (a fixed schema's id never changes).
     resolved: Mutex<HashMap<String, Arc<Registered>>>,
+    /// Per output topic: its schema and when it was looked up (no subject is formatted and
+    /// no registry cache asked per message).
+    by_topic: Mutex<HashMap<String, (std::time::Instant, Arc<Registered>)>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -251,6 +254,7 @@ impl Encoder {
             auto_register: cfg.auto_register,
             default_topic: topic.to_owned(),
             resolved: Mutex::default(),
+            by_topic: Mutex::default(),
             metrics,
         })
     }
@@ -303,7 +307,23 @@ impl Encoder {
             return Ok(None);
         };
         let topic = m.topic.as_deref().unwrap_or(&self.default_topic);
-        let schema = match self.schema_for(topic) {
+        let cached = self
+            .by_topic
+            .lock()
+            .expect("encoder cache")
+            .get(topic)
+            .filter(|(at, _)| self.schema.is_some() || at.elapsed() < self.registry.ttl())
+            .map(|(_, s)| s.clone());
+        let looked_up = match cached {
+            Some(s) => Ok(s),
+            None => self.schema_for(topic).inspect(|s| {
+                self.by_topic
+                    .lock()
+                    .expect("encoder cache")
+                    .insert(topic.to_owned(), (std::time::Instant::now(), s.clone()));
+            }),
+        };
+        let schema = match looked_up {
             Ok(s) => s,
             Err(LookupError::Unavailable(why)) => return Err(Err(why)),
             Err(e) => {

@@ -4,12 +4,14 @@
 //!
 //! * [`registry`] — the registry client and its cache,
 //! * [`avro`] — Avro binary ↔ JSON text, compiled from the schema,
+//! * [`json`] — a JSON value that borrows its text (what the encoder reads),
 //! * [`codec`] — the decoder and encoder the chain runs, and what they reject,
 //! * [`devserver`] — a small registry for development (`weir broker --schema-registry`).
 
 pub mod avro;
 pub mod codec;
 pub mod devserver;
+pub mod json;
 pub mod registry;
 
 pub use codec::{CodecReject, Codecs, Decoder, Encoder};

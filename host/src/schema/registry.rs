@@ -167,6 +167,11 @@ impl Registry {
         }))
     }
 
+    /// How long a subject's latest version is trusted.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// The registry's address.
     pub fn url(&self) -> &str {
         &self.base
