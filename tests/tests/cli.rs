@@ -633,6 +633,15 @@ fn a_local_pipeline_serves_metrics_and_health() {
     );
     assert_eq!(weir_tests::scrape(port, "/healthz").0, 200);
     assert_eq!(weir_tests::scrape(port, "/readyz").0, 200);
+    // Transparent huge pages are off for the process: with them, mimalloc's arenas held
+    // hundreds of MB resident for a small heap (issue 28, docs/operations.md).
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["THP_enabled:", "0"]),
+        "{status}"
+    );
     drop(stdin);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
