@@ -235,7 +235,24 @@ impl KafkaSource {
             },
         )
         .map_err(kafka(format!("consumer for group `{}`", cfg.group)))?;
-        let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
+        // Patterns: the topics they match now are subscribed to by name as well. librdkafka
+        // matches a pattern against the metadata it happens to hold when it joins, and that
+        // was sometimes one matching topic of two (the first assignment then lacked the
+        // other, and `stop_at_end` stopped before the second came).
+        let mut patterns = PatternWatch::new(cfg);
+        let mut topics: Vec<String> = cfg.topics.clone();
+        if let Some(w) = &mut patterns {
+            match consumer.fetch_metadata(None, REQUEST_TIMEOUT) {
+                Ok(meta) => {
+                    let matched = w.matching(&meta);
+                    topics.extend(matched.iter().filter(|t| !cfg.topics.contains(t)).cloned());
+                    w.matched = Some(matched);
+                    w.next = std::time::Instant::now() + w.every;
+                }
+                Err(e) => tracing::warn!("listing topics for the subscription's patterns: {e}"),
+            }
+        }
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
             .map_err(kafka(format!("subscribing to {}", topics.join(","))))?;
@@ -250,7 +267,7 @@ impl KafkaSource {
             ends: RefCell::new(HashMap::new()),
             group: Arc::new(GroupSlot::default()),
             fatal,
-            patterns: PatternWatch::new(cfg),
+            patterns,
         })
     }
 
