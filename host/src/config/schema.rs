@@ -184,14 +184,9 @@ impl RegistryAuth {
     /// The `Authorization` header's value (reads a `*_file` now).
     pub fn header(&self) -> Result<String, String> {
         use base64::Engine as _;
-        let read = |p: &PathBuf| {
-            std::fs::read_to_string(p)
-                .map(|t| Secret::new(t.trim_end_matches(['\r', '\n'])))
-                .map_err(|e| format!("{}: cannot read: {e}", p.display()))
-        };
         let pick = |v: &Option<Secret>, f: &Option<PathBuf>, what: &str| match (v, f) {
             (Some(s), None) => Ok(s.clone()),
-            (None, Some(p)) => read(p),
+            (None, Some(p)) => Secret::read(p),
             _ => Err(format!("auth: give one of `{what}` and `{what}_file`")),
         };
         let h = match (&self.basic, &self.bearer) {

@@ -26,6 +26,13 @@ impl Secret {
         s
     }
 
+    /// A secret from a file (a trailing newline is not part of it), as Kubernetes mounts them.
+    pub fn read(path: &std::path::Path) -> Result<Self, String> {
+        std::fs::read_to_string(path)
+            .map(|t| Secret::new(t.trim_end_matches(['\r', '\n'])))
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))
+    }
+
     /// The value, for the Kafka client only.
     pub fn expose(&self) -> &str {
         &self.0
@@ -398,14 +405,7 @@ impl Security {
     /// the field below the block and the file, never the secret.
     pub fn load_files(&mut self) -> Result<(), (String, String)> {
         let read = |p: &PathBuf, field: &str| -> Result<Secret, (String, String)> {
-            std::fs::read_to_string(p)
-                .map(|t| Secret::new(t.trim_end_matches(['\r', '\n'])))
-                .map_err(|e| {
-                    (
-                        field.to_owned(),
-                        format!("{}: cannot read: {e}", p.display()),
-                    )
-                })
+            Secret::read(p).map_err(|e| (field.to_owned(), e))
         };
         if let Some(p) = self.key_password_file.take() {
             self.key_password = Some(read(&p, "key_password_file")?);

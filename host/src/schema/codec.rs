@@ -89,11 +89,15 @@ impl Decoder {
     /// cannot be reached (the lane holds and tries again later); a schema it does not have
     /// is not an error here (that record is rejected when decoded).
     pub fn fetch<'a>(&self, messages: impl Iterator<Item = &'a Message>) -> Result<(), String> {
+        let mut last = None;
         for m in messages {
             let Some(id) = self.side(m).and_then(|b| schema_id(b).ok()) else {
                 continue;
             };
-            if self.registry.has(id) || self.unknown.lock().expect("unknown ids").contains_key(&id)
+            // A batch is mostly one schema: each run of it is looked up once.
+            if last.replace(id) == Some(id)
+                || self.registry.has(id)
+                || self.unknown.lock().expect("unknown ids").contains_key(&id)
             {
                 continue;
             }

@@ -195,6 +195,14 @@ impl PatternWatch {
         })
     }
 
+    /// What to subscribe to: the configured topics (names and patterns) and, by name, every
+    /// topic the patterns match now.
+    fn subscription(&self, matched: &std::collections::BTreeSet<String>) -> Vec<String> {
+        let mut topics = self.topics.clone();
+        topics.extend(matched.iter().filter(|t| !self.topics.contains(t)).cloned());
+        topics
+    }
+
     /// The topics the patterns match in `meta` (internal ones never).
     fn matching(&self, meta: &rdkafka::metadata::Metadata) -> std::collections::BTreeSet<String> {
         meta.topics()
@@ -245,7 +253,7 @@ impl KafkaSource {
             match consumer.fetch_metadata(None, REQUEST_TIMEOUT) {
                 Ok(meta) => {
                     let matched = w.matching(&meta);
-                    topics.extend(matched.iter().filter(|t| !cfg.topics.contains(t)).cloned());
+                    topics = w.subscription(&matched);
                     w.matched = Some(matched);
                     w.next = std::time::Instant::now() + w.every;
                 }
@@ -307,13 +315,8 @@ impl KafkaSource {
             ?removed,
             "topics matching the subscription's patterns changed; subscribing again"
         );
-        let mut topics: Vec<&str> = w.topics.iter().map(String::as_str).collect();
-        topics.extend(
-            now_matched
-                .iter()
-                .map(String::as_str)
-                .filter(|t| !w.topics.iter().any(|n| n == t)),
-        );
+        let topics = w.subscription(&now_matched);
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
         if let Err(e) = self.consumer.subscribe(&topics) {
             tracing::warn!("subscribing again: {e}");
         }
