@@ -52,9 +52,14 @@ pub struct Encode {
     #[serde(default)]
     #[schemars(with = "String")]
     pub subject: SubjectStrategy,
-    /// A schema file (`.avsc`). Without it, each output uses its subject's latest version.
+    /// A schema file (`.avsc`, `.proto` or a JSON Schema `.json`). Without it, each output
+    /// uses its subject's latest version.
     #[serde(default)]
     pub schema: Option<PathBuf>,
+    /// Protobuf: the message type outputs are, by full name (`shop.Order`) or by name when
+    /// one message has it. Default: the schema's first message.
+    #[serde(default)]
+    pub message: Option<String>,
     /// Register `schema` under the subject when the registry does not have it yet (else a
     /// subject without that schema stops the run at start-up).
     #[serde(default)]

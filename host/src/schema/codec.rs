@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::registry::{LookupError, Registered, Registry, SchemaKind};
+use super::protobuf::ProtoSchema;
+use super::registry::{Compiled, LookupError, Registered, Registry, SchemaKind};
 use crate::config::schema::{Decode, Encode, SchemaFormat, SubjectStrategy};
 use crate::message::{Header, Message};
 use crate::metrics::Metrics;
@@ -147,12 +148,7 @@ impl Decoder {
                 });
             }
         };
-        let wanted = match self.format {
-            SchemaFormat::Auto => None,
-            SchemaFormat::Avro => Some(SchemaKind::Avro),
-            SchemaFormat::Protobuf => Some(SchemaKind::Protobuf),
-            SchemaFormat::JsonSchema => Some(SchemaKind::Json),
-        };
+        let wanted = kind_of(self.format);
         if wanted.is_some_and(|w| w != schema.kind) {
             return Err(CodecReject {
                 reason: "wrong_format",
@@ -165,96 +161,118 @@ impl Decoder {
         }
         let body = &bytes[5..];
         let mut out = Vec::with_capacity(body.len() * 2 + 16);
-        match (schema.kind, &schema.avro) {
-            (SchemaKind::Avro, Some(avro)) => {
-                avro.to_json(body, &mut out).map_err(|e| CodecReject {
-                    reason: "does_not_fit",
-                    text: format!("{side}: does not match its schema (id {id}): {e}"),
-                })?
-            }
-            (SchemaKind::Avro, None) => {
+        let fit = match &schema.compiled {
+            Ok(Compiled::Avro(avro)) => avro.to_json(body, &mut out).map_err(|e| e.to_string()),
+            Ok(Compiled::Protobuf(proto)) => proto.to_json(body, &mut out),
+            Ok(Compiled::Json(json)) => json.validate(body).map(|()| out.extend_from_slice(body)),
+            Err(why) => {
                 return Err(CodecReject {
                     reason: "unsupported",
-                    text: format!(
-                        "{side}: {}",
-                        schema
-                            .unusable
-                            .as_deref()
-                            .unwrap_or("the schema cannot be used")
-                    ),
+                    text: format!("{side}: {why}"),
                 })
             }
-            (kind, _) => {
-                return Err(CodecReject {
-                    reason: "unsupported",
-                    text: format!(
-                        "{side}: schema id {id} is {}: this version of Weir decodes Avro only",
-                        kind.as_str()
-                    ),
-                })
-            }
-        }
+        };
+        fit.map_err(|e| CodecReject {
+            reason: "does_not_fit",
+            text: format!("{side}: does not match its schema (id {id}): {e}"),
+        })?;
         Ok((out, schema))
     }
+}
+
+/// The schema kind a format names (`auto`: any).
+fn kind_of(format: SchemaFormat) -> Option<SchemaKind> {
+    match format {
+        SchemaFormat::Auto => None,
+        SchemaFormat::Avro => Some(SchemaKind::Avro),
+        SchemaFormat::Protobuf => Some(SchemaKind::Protobuf),
+        SchemaFormat::JsonSchema => Some(SchemaKind::Json),
+    }
+}
+
+/// What outputs to one subject are encoded with: the schema, and for Protobuf the message
+/// type and its indexes in the file.
+struct Target {
+    schema: Arc<Registered>,
+    proto: Result<(prost_reflect::MessageDescriptor, Vec<i32>), String>,
 }
 
 /// Encodes outputs' values with the subject's schema.
 pub struct Encoder {
     registry: Arc<Registry>,
+    kind: SchemaKind,
     subject: SubjectStrategy,
     /// The schema file's text (else the subject's latest version is used).
     schema: Option<String>,
-    /// Its full name (for the record-name strategies).
+    /// Its full name (for the record-name strategies): Avro's record name, the Protobuf
+    /// message's full name, a JSON Schema's `title`.
     record: String,
+    /// Protobuf: the message outputs are (else the file's first).
+    message: Option<String>,
     auto_register: bool,
     /// The sink's topic, for outputs that name none.
     default_topic: String,
     /// Per subject: the schema to encode with (a fixed schema's id never changes).
     resolved: Mutex<HashMap<String, Arc<Registered>>>,
-    /// Per output topic: its schema and when it was looked up (no subject is formatted and
-    /// no registry cache asked per message).
-    by_topic: Mutex<HashMap<String, (std::time::Instant, Arc<Registered>)>>,
+    /// Per output topic: what to encode with and when it was looked up (no subject is
+    /// formatted and no registry cache asked per message).
+    by_topic: Mutex<HashMap<String, (std::time::Instant, Arc<Target>)>>,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl Encoder {
     /// An encoder from the YAML block for a sink whose default topic is `topic`.
     pub fn new(cfg: &Encode, topic: &str, metrics: Option<Arc<Metrics>>) -> Result<Self, String> {
-        if cfg.format != SchemaFormat::Avro {
-            return Err(format!(
-                "format `{}`: this version of Weir encodes Avro only",
-                match cfg.format {
-                    SchemaFormat::Auto => "auto",
-                    SchemaFormat::Protobuf => "protobuf",
-                    SchemaFormat::JsonSchema => "json-schema",
-                    SchemaFormat::Avro => "avro",
-                }
-            ));
+        let kind = kind_of(cfg.format)
+            .ok_or("`format: auto` decodes only; give `avro`, `protobuf` or `json-schema`")?;
+        if cfg.message.is_some() && kind != SchemaKind::Protobuf {
+            return Err("`message` is for `format: protobuf`".into());
         }
         let (schema, record) = match &cfg.schema {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| format!("schema {}: cannot read: {e}", p.display()))?;
-                let parsed = super::avro::AvroSchema::parse(&text, &[])
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let parsed = Compiled::parse(kind, &name, &text, &[])
                     .map_err(|e| format!("schema {}: {e}", p.display()))?;
-                let record = parsed.name().unwrap_or_default().to_owned();
+                let record = match &parsed {
+                    Compiled::Avro(a) => a.name().unwrap_or_default().to_owned(),
+                    Compiled::Protobuf(proto) => match &cfg.message {
+                        Some(m) => proto
+                            .by_name(m)
+                            .map_err(|e| format!("message: {e}"))?
+                            .0
+                            .full_name()
+                            .to_owned(),
+                        None => proto.first().full_name().to_owned(),
+                    },
+                    Compiled::Json(_) => serde_json::from_str::<serde_json::Value>(&text)
+                        .ok()
+                        .and_then(|v| v["title"].as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                };
                 (Some(text), record)
             }
             None => (None, String::new()),
         };
-        if schema.is_none()
+        if record.is_empty()
             && matches!(
                 cfg.subject,
                 SubjectStrategy::RecordName | SubjectStrategy::TopicRecordName
             )
         {
-            return Err("`subject: record-name` and `topic-record-name` need `schema` (the record's name comes from it)".into());
+            return Err("`subject: record-name` and `topic-record-name` need `schema` with a name (Avro: a named type; Protobuf: a message; JSON Schema: a `title`)".into());
         }
         Ok(Encoder {
             registry: Registry::new(&cfg.registry, metrics.clone())?,
+            kind,
             subject: cfg.subject.clone(),
             schema,
             record,
+            message: cfg.message.clone(),
             auto_register: cfg.auto_register,
             default_topic: topic.to_owned(),
             resolved: Mutex::default(),
@@ -282,9 +300,9 @@ impl Encoder {
                 if let Some(r) = self.resolved.lock().expect("encoder cache").get(&subject) {
                     return Ok(r.clone());
                 }
-                let r =
-                    self.registry
-                        .id_of(&subject, SchemaKind::Avro, text, self.auto_register)?;
+                let r = self
+                    .registry
+                    .id_of(&subject, self.kind, text, self.auto_register)?;
                 self.resolved
                     .lock()
                     .expect("encoder cache")
@@ -295,12 +313,58 @@ impl Encoder {
         }
     }
 
-    /// Resolves the schema of the sink's default topic (start-up: a missing subject or an
-    /// unreachable registry is said before anything is read).
+    /// Resolves the schema of the sink's default topic (start-up: a missing subject, a
+    /// schema of another format or an unreachable registry is said before anything is read).
     pub fn check(&self) -> Result<(), String> {
-        self.schema_for(&self.default_topic)
-            .map(|_| ())
-            .map_err(|e| format!("subject `{}`: {e}", self.subject(&self.default_topic)))
+        let subject = || self.subject(&self.default_topic);
+        let schema = self
+            .schema_for(&self.default_topic)
+            .map_err(|e| format!("subject `{}`: {e}", subject()))?;
+        let target = self.target(schema);
+        self.usable(&target)
+            .map_err(|r| format!("subject `{}`: {}", subject(), r.text))
+    }
+
+    fn target(&self, schema: Arc<Registered>) -> Target {
+        let proto = match &schema.compiled {
+            Ok(Compiled::Protobuf(p)) => match &self.message {
+                Some(m) => p.by_name(m),
+                None => {
+                    let first = p.first();
+                    Ok((first, vec![0]))
+                }
+            },
+            _ => Err("not Protobuf".into()),
+        };
+        Target { schema, proto }
+    }
+
+    /// Why outputs cannot be encoded with `t` at all (a schema of another format, one that
+    /// does not compile, a Protobuf message it lacks).
+    fn usable(&self, t: &Target) -> Result<(), CodecReject> {
+        let s = &t.schema;
+        if s.kind != self.kind {
+            return Err(CodecReject {
+                reason: "wrong_format",
+                text: format!(
+                    "schema id {} is {}, the sink encodes {}",
+                    s.id,
+                    s.kind.as_str(),
+                    self.kind.as_str()
+                ),
+            });
+        }
+        let unsupported = |text: String| CodecReject {
+            reason: "unsupported",
+            text,
+        };
+        match (&s.compiled, &t.proto) {
+            (Err(why), _) => Err(unsupported(why.clone())),
+            (Ok(Compiled::Protobuf(_)), Err(why)) => {
+                Err(unsupported(format!("schema id {}: message: {why}", s.id)))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The wire-format encoding of the message's value (JSON text); `None` for a null.
@@ -317,18 +381,20 @@ impl Encoder {
             .expect("encoder cache")
             .get(topic)
             .filter(|(at, _)| self.schema.is_some() || at.elapsed() < self.registry.ttl())
-            .map(|(_, s)| s.clone());
+            .map(|(_, t)| t.clone());
         let looked_up = match cached {
-            Some(s) => Ok(s),
-            None => self.schema_for(topic).inspect(|s| {
+            Some(t) => Ok(t),
+            None => self.schema_for(topic).map(|s| {
+                let t = Arc::new(self.target(s));
                 self.by_topic
                     .lock()
                     .expect("encoder cache")
-                    .insert(topic.to_owned(), (std::time::Instant::now(), s.clone()));
+                    .insert(topic.to_owned(), (std::time::Instant::now(), t.clone()));
+                t
             }),
         };
-        let schema = match looked_up {
-            Ok(s) => s,
+        let target = match looked_up {
+            Ok(t) => t,
             Err(LookupError::Unavailable(why)) => return Err(Err(why)),
             Err(e) => {
                 return Err(Ok(self.failed(CodecReject {
@@ -337,24 +403,29 @@ impl Encoder {
                 })))
             }
         };
-        let Some(avro) = &schema.avro else {
-            return Err(Ok(self.failed(CodecReject {
-                reason: "unsupported",
-                text: format!(
-                    "schema id {} ({}): {}",
-                    schema.id,
-                    schema.kind.as_str(),
-                    schema
-                        .unusable
-                        .as_deref()
-                        .unwrap_or("this version of Weir encodes Avro only")
-                ),
-            })));
-        };
-        let mut out = Vec::with_capacity(value.len() + 5);
+        self.usable(&target).map_err(|r| {
+            Ok(self.failed(CodecReject {
+                text: format!("subject `{}`: {}", self.subject(topic), r.text),
+                ..r
+            }))
+        })?;
+        let schema = &target.schema;
+        let mut out = Vec::with_capacity(value.len() + 8);
         out.push(MAGIC);
         out.extend_from_slice(&schema.id.to_be_bytes());
-        if let Err(e) = avro.from_json(value, &mut out) {
+        let fit = match (&schema.compiled, &target.proto) {
+            (Ok(Compiled::Avro(avro)), _) => {
+                avro.from_json(value, &mut out).map_err(|e| e.to_string())
+            }
+            (Ok(Compiled::Protobuf(_)), Ok((desc, indexes))) => {
+                ProtoSchema::from_json(desc, indexes, value, &mut out)
+            }
+            (Ok(Compiled::Json(json)), _) => {
+                json.validate(value).map(|()| out.extend_from_slice(value))
+            }
+            _ => unreachable!("usable() checked the schema"),
+        };
+        if let Err(e) = fit {
             return Err(Ok(self.failed(CodecReject {
                 reason: "does_not_fit",
                 text: format!(

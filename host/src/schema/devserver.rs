@@ -250,28 +250,27 @@ fn parse_body(st: &State, body: &str) -> Result<Stored, Answer> {
         .to_owned();
     let kind = v["schemaType"].as_str().unwrap_or("AVRO").to_owned();
     let references = v.get("references").cloned().unwrap_or(json!([]));
-    if kind == "AVRO" {
-        let mut texts = Vec::new();
-        for r in references.as_array().into_iter().flatten() {
-            let subject = r["subject"].as_str().unwrap_or("");
-            let version = r["version"].to_string();
-            match version_json(st, subject, &version) {
-                Ok(Answer(_, s)) => texts.push(s["schema"].as_str().unwrap_or("").to_owned()),
-                Err(_) => {
-                    return Err(error(
-                        422,
-                        42201,
-                        format!("Invalid schema: reference {subject} version {version} not found"),
-                    ))
-                }
+    let Ok(parsed_kind) = super::registry::SchemaKind::parse(Some(&kind)) else {
+        return Err(error(422, 42201, format!("Invalid schema type {kind}")));
+    };
+    let mut refs = Vec::new();
+    for r in references.as_array().into_iter().flatten() {
+        let name = r["name"].as_str().unwrap_or("").to_owned();
+        let subject = r["subject"].as_str().unwrap_or("");
+        let version = r["version"].to_string();
+        match version_json(st, subject, &version) {
+            Ok(Answer(_, s)) => refs.push((name, s["schema"].as_str().unwrap_or("").to_owned())),
+            Err(_) => {
+                return Err(error(
+                    422,
+                    42201,
+                    format!("Invalid schema: reference {subject} version {version} not found"),
+                ))
             }
         }
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        super::avro::AvroSchema::parse(&text, &texts)
-            .map_err(|e| error(422, 42201, format!("Invalid schema: {e}")))?;
-    } else if !matches!(kind.as_str(), "PROTOBUF" | "JSON") {
-        return Err(error(422, 42201, format!("Invalid schema type {kind}")));
     }
+    super::registry::Compiled::parse(parsed_kind, "schema.proto", &text, &refs)
+        .map_err(|e| error(422, 42201, format!("Invalid schema: {e}")))?;
     Ok(Stored {
         kind,
         text,

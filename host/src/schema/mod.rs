@@ -4,7 +4,9 @@
 //!
 //! * [`registry`] — the registry client and its cache,
 //! * [`avro`] — Avro binary ↔ JSON text, compiled from the schema,
-//! * [`json`] — a JSON value that borrows its text (what the encoder reads),
+//! * [`protobuf`] — Protobuf ↔ JSON text (proto3 JSON mapping), the schema compiled in-process,
+//! * [`json_schema`] — JSON Schema validation of records and outputs,
+//! * [`json`] — a JSON value that borrows its text (what the Avro encoder reads),
 //! * [`codec`] — the decoder and encoder the chain runs, and what they reject,
 //! * [`devserver`] — a small registry for development (`weir broker --schema-registry`).
 
@@ -12,6 +14,8 @@ pub mod avro;
 pub mod codec;
 pub mod devserver;
 pub mod json;
+pub mod json_schema;
+pub mod protobuf;
 pub mod registry;
 
 pub use codec::{CodecReject, Codecs, Decoder, Encoder};

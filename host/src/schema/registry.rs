@@ -10,6 +10,8 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 
 use super::avro::AvroSchema;
+use super::json_schema::JsonSchema;
+use super::protobuf::ProtoSchema;
 use crate::config::schema::RegistryConfig;
 use crate::metrics::Metrics;
 
@@ -25,7 +27,8 @@ pub enum SchemaKind {
 }
 
 impl SchemaKind {
-    fn parse(s: Option<&str>) -> Result<Self, String> {
+    /// The kind the registry's `schemaType` names (absent: Avro).
+    pub fn parse(s: Option<&str>) -> Result<Self, String> {
         match s.unwrap_or("AVRO") {
             "AVRO" => Ok(SchemaKind::Avro),
             "PROTOBUF" => Ok(SchemaKind::Protobuf),
@@ -53,10 +56,42 @@ pub struct Registered {
     pub kind: SchemaKind,
     /// A subject it is registered under, and the version there (when the registry says).
     pub subject: Option<(String, i32)>,
-    /// The compiled Avro schema (Avro only).
-    pub avro: Option<AvroSchema>,
-    /// Why it could not be compiled (it cannot be used, but the answer is final).
-    pub unusable: Option<String>,
+    /// The compiled schema, or why it could not be compiled (it cannot be used, but the
+    /// answer is final).
+    pub compiled: Result<Compiled, String>,
+}
+
+/// A schema compiled for decoding and encoding.
+#[derive(Debug)]
+pub enum Compiled {
+    /// Avro.
+    Avro(AvroSchema),
+    /// Protobuf.
+    Protobuf(ProtoSchema),
+    /// JSON Schema.
+    Json(JsonSchema),
+}
+
+impl Compiled {
+    /// Compiles a schema of `kind` with the schemas it references, (name, text) pairs in
+    /// the order they are needed. `name` is what `.proto` source is called when it has none.
+    pub fn parse(
+        kind: SchemaKind,
+        name: &str,
+        text: &str,
+        refs: &[(String, String)],
+    ) -> Result<Self, String> {
+        match kind {
+            SchemaKind::Avro => {
+                let texts: Vec<&str> = refs.iter().map(|(_, t)| t.as_str()).collect();
+                AvroSchema::parse(text, &texts)
+                    .map(Compiled::Avro)
+                    .map_err(|e| e.to_string())
+            }
+            SchemaKind::Protobuf => ProtoSchema::parse(name, text, refs).map(Compiled::Protobuf),
+            SchemaKind::Json => JsonSchema::parse(text, refs).map(Compiled::Json),
+        }
+    }
 }
 
 /// Why a look-up gave no schema.
@@ -115,6 +150,9 @@ struct SchemaBody {
 
 #[derive(Deserialize, Clone)]
 struct Reference {
+    /// How the schema names it (an import path, a `$ref`, an Avro name).
+    #[serde(default)]
+    name: String,
     subject: String,
     version: i32,
 }
@@ -298,32 +336,29 @@ impl Registry {
         subject: Option<(String, i32)>,
     ) -> Result<Registered, LookupError> {
         let kind = SchemaKind::parse(body.schema_type.as_deref()).map_err(LookupError::Refused)?;
-        let mut r = Registered {
+        let refs = self.references(&body.references, 0)?;
+        let compiled = Compiled::parse(kind, &format!("schema-{id}.proto"), &body.schema, &refs)
+            .map_err(|e| format!("schema {id}: {e}"));
+        Ok(Registered {
             id,
             kind,
             subject: subject.or(body.subject.zip(body.version)),
-            avro: None,
-            unusable: None,
-        };
-        if kind == SchemaKind::Avro {
-            let refs = self.references(&body.references, 0)?;
-            let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
-            match AvroSchema::parse(&body.schema, &refs) {
-                Ok(s) => r.avro = Some(s),
-                Err(e) => r.unusable = Some(format!("schema {id}: {e}")),
-            }
-        }
-        Ok(r)
+            compiled,
+        })
     }
 
-    /// The texts of referenced schemas, each after the ones it references.
-    fn references(&self, refs: &[Reference], depth: usize) -> Result<Vec<String>, LookupError> {
+    /// The (name, text) of referenced schemas, each after the ones it references.
+    fn references(
+        &self,
+        refs: &[Reference],
+        depth: usize,
+    ) -> Result<Vec<(String, String)>, LookupError> {
         if depth > 32 {
             return Err(LookupError::Refused(
                 "schema references nest deeper than 32".into(),
             ));
         }
-        let mut out: Vec<String> = Vec::new();
+        let mut out: Vec<(String, String)> = Vec::new();
         for r in refs {
             let path = format!("/subjects/{}/versions/{}", segment(&r.subject), r.version);
             let body: SchemaBody = self.get("subject", &path)?;
@@ -332,8 +367,9 @@ impl Registry {
                     out.push(t);
                 }
             }
-            if !out.contains(&body.schema) {
-                out.push(body.schema);
+            let own = (r.name.clone(), body.schema);
+            if !out.contains(&own) {
+                out.push(own);
             }
         }
         Ok(out)
