@@ -416,3 +416,239 @@ fn the_yaml_in_docs_schema_registry_md_loads() {
         "{err}"
     );
 }
+
+/// The Protobuf input: a file that imports another (a schema reference) and a well-known
+/// type, with nested messages, a map, an enum, a oneof, `optional`, 64-bit integers.
+const ORDERS_PROTO: &str = r#"syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "common.proto";
+message Order {
+  int64 id = 1;
+  Customer customer = 2;
+  repeated Item items = 3;
+  map<string, string> attrs = 4;
+  optional string note = 5;
+  Status status = 6;
+  google.protobuf.Timestamp placed = 7;
+  bytes blob = 8;
+  common.Money total = 9;
+  oneof pay { string card = 10; string iban = 11; }
+  double score = 12;
+  uint64 big = 13;
+  message Customer { string name = 1; bool vip = 2; }
+  message Item { string sku = 1; int32 qty = 2; }
+  enum Status { NEW = 0; PAID = 1; CANCELLED = 2; }
+}
+message Refund { int64 order_id = 1; string why = 2; }
+"#;
+const COMMON_PROTO: &str = r#"syntax = "proto3";
+package common;
+message Money { int64 cents = 1; string currency = 2; }
+"#;
+
+/// Python: protoc (grpcio-tools) builds the message classes; `make(i)` is the i-th order.
+fn protobuf_prelude(b: &Broker, s: &Scratch) -> String {
+    std::fs::create_dir_all(s.path("proto")).expect("proto folder");
+    s.write("proto/orders.proto", ORDERS_PROTO);
+    s.write("proto/common.proto", COMMON_PROTO);
+    // What Weir encodes to: the same shape in one file, without CANCELLED.
+    let out = ORDERS_PROTO
+        .replace("package shop;", "package shopout;")
+        .replace("import \"common.proto\";\n", "")
+        .replace("common.Money total", "Money total")
+        .replace(" CANCELLED = 2;", "")
+        .replace(
+            "message Refund",
+            "message Money { int64 cents = 1; string currency = 2; }\nmessage Refund",
+        );
+    s.write("proto/out.proto", &out);
+    format!(
+        r#"
+import json, os, sys
+from grpc_tools import protoc
+import grpc_tools
+D = "{dir}"
+inc = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
+assert protoc.main(["protoc", "-I" + D, "-I" + inc, "--python_out=" + D, D + "/orders.proto", D + "/common.proto", D + "/out.proto"]) == 0
+sys.path.insert(0, D)
+import orders_pb2, out_pb2
+from google.protobuf.json_format import MessageToDict
+from confluent_kafka import Producer, Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer, ProtobufDeserializer
+from confluent_kafka.serialization import SerializationContext, MessageField
+BS = "{bs}"
+sr = SchemaRegistryClient({{"url": "{url}"}})
+def make(i, cls=orders_pb2):
+    o = cls.Order(id=i * 1000003 - 7, status=i % 3, score=i / 8.0, big=2**63 + i, blob=bytes(range(i % 7)) + b"\xff")
+    o.customer.name = "cüstomer \"%d\"" % i
+    o.customer.vip = i % 2 == 0
+    for k in range(i % 4):
+        o.items.add(sku="s%d-%d" % (i, k), qty=k - 1)
+    for k in range(i % 3):
+        o.attrs["k%d" % k] = "v" * k
+    if i % 5 == 0:
+        o.note = "note %d" % i
+    if i % 4 == 1:
+        o.card = "c%d" % i
+    elif i % 4 == 2:
+        o.iban = "DE%d" % i
+    o.placed.FromMilliseconds(1796000000000 + i * 1001)
+    o.total.cents = i * 250 - 1000
+    o.total.currency = "EUR"
+    return o
+def as_dict(m):
+    return MessageToDict(m, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+"#,
+        dir = s.path("proto").display(),
+        bs = b.bootstrap,
+        url = b.registry.as_deref().expect("the broker's registry"),
+    )
+}
+
+#[test]
+fn protobuf_from_an_independent_producer_is_decoded_by_message_index_and_encoded_for_an_independent_reader(
+) {
+    let t = tools();
+    let python = tool(&t, "WEIR_KAFKA_PYTHON");
+    let b = Broker::with_registry(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let s = scratch!();
+    let prelude = protobuf_prelude(&b, &s);
+    let n = 120;
+    // Orders, refunds (the file's second message) and items (a nested message) on one
+    // subject, then bad records.
+    let id = python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+p = Producer({{"bootstrap.servers": BS}})
+ctx = SerializationContext("in", MessageField.VALUE)
+conf = {{"auto.register.schemas": True}}
+so = ProtobufSerializer(orders_pb2.Order, sr, conf)
+sf = ProtobufSerializer(orders_pb2.Refund, sr, conf)
+si = ProtobufSerializer(orders_pb2.Order.Item, sr, conf)
+for i in range({n}):
+    p.produce("in", key=str(i), value=so(make(i), ctx))
+for i in range(5):
+    p.produce("in", key="refund-%d" % i, value=sf(orders_pb2.Refund(order_id=i, why="late %d" % i), ctx))
+    p.produce("in", key="item-%d" % i, value=si(orders_pb2.Order.Item(sku="x%d" % i, qty=i), ctx))
+first = so(make(0), ctx)
+sid = int.from_bytes(first[1:5], "big")
+p.produce("in", key="bad-no-magic", value=b"\x08\x01")
+p.produce("in", key="bad-truncated", value=b"\x00\x00\x00")
+p.produce("in", key="bad-unknown-id", value=b"\x00\x00\x00\x03\xe7\x00\x08\x01")
+p.produce("in", key="bad-index", value=b"\x00" + sid.to_bytes(4, "big") + b"\x02\x0e\x08\x01")
+p.produce("in", key="bad-not-its-schema", value=b"\x00" + sid.to_bytes(4, "big") + b"\x00\x0a\x05ab")
+assert p.flush(30) == 0
+print(sid, json.dumps(sr.get_subjects()))
+"#
+        ),
+    );
+    let (sid, subjects) = id.trim().split_once(' ').expect("id and subjects");
+    assert!(
+        subjects.contains("common.proto"),
+        "the import was registered as a reference: {subjects}"
+    );
+    let registry = b.registry.clone().unwrap();
+    let yaml = format!(
+        "source:\n  kafka:\n    brokers: {bs}\n    topics: [in]\n    group: proto\n    stop_at_end: true\n    decode: {{ format: protobuf, registry: {{ url: '{registry}' }} }}\nstages:\n{st}sink:\n  kafka:\n    brokers: {bs}\n    topic: out\n    encode:\n      format: protobuf\n      registry: {{ url: '{registry}' }}\n      schema: proto/out.proto\n      message: shopout.Order\n      auto_register: true\nreject:\n  kafka:\n    brokers: {bs}\n    topic: dlq\nruntime:\n  connect_timeout: 10s\n",
+        bs = b.bootstrap,
+        st = stage("pass", PASSTHROUGH, &[])
+    );
+    s.write("proto.yaml", &yaml);
+    let out = s.run(&["run", "proto.yaml", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "weir run: {err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON report");
+    let cancelled = (0..n).filter(|i| i % 3 == 2).count();
+    assert_eq!(report["read"], n + 10 + 5, "{report}");
+    assert_eq!(report["written"], n - cancelled, "{report}");
+    assert_eq!(report["rejected"], cancelled + 10 + 5, "{report}");
+
+    // The independent reader decodes every output and each equals what was produced.
+    let seen = python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+d = ProtobufDeserializer(out_pb2.Order)
+c = Consumer({{"bootstrap.servers": BS, "group.id": "py-proto", "enable.partition.eof": True}})
+c.assign([TopicPartition("out", 0, 0)])
+got, bad, schema_ids = {{}}, [], set()
+while True:
+    m = c.poll(10)
+    assert m is not None, "timed out reading out"
+    if m.error():
+        break
+    schema_ids.add(int.from_bytes(m.value()[1:5], "big"))
+    v = as_dict(d(m.value(), SerializationContext("out", MessageField.VALUE)))
+    i = int(m.key())
+    want = as_dict(make(i))
+    if v != want:
+        bad.append((i, v, want))
+    got[i] = got.get(i, 0) + 1
+want = [i for i in range({n}) if i % 3 != 2]
+print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for i in got if i not in want],
+    "duplicated": [i for i, k in got.items() if k > 1], "different": bad[:2], "n_different": len(bad),
+    "schemas": sorted(schema_ids), "subjects": sr.get_subjects()}}))
+"#
+        ),
+    );
+    let seen: serde_json::Value = serde_json::from_str(seen.trim()).expect("the reader's summary");
+    for k in ["missing", "extra", "duplicated", "different"] {
+        assert_eq!(seen[k], serde_json::json!([]), "{k}: {seen}");
+    }
+    assert_eq!(seen["schemas"].as_array().unwrap().len(), 1, "{seen}");
+    assert!(
+        seen["subjects"]
+            .as_array()
+            .unwrap()
+            .contains(&"out-value".into()),
+        "{seen}"
+    );
+
+    // The stage saw refunds and nested items as their own messages (found by index); they
+    // do not fit the output message, so they are rejected naming the field; each bad
+    // record's reason says what was wrong.
+    let dlq = b.read("dlq");
+    assert_eq!(dlq.len(), cancelled + 15, "{dlq:?}");
+    let rec = |key: &str| {
+        dlq.iter()
+            .find(|r| r.key == key)
+            .unwrap_or_else(|| panic!("no reject for {key}: {dlq:?}"))
+    };
+    let reason = |key: &str| rec(key).header("weir.reason").unwrap_or_default().to_owned();
+    for i in 0..5 {
+        let r = rec(&format!("refund-{i}"));
+        let v: serde_json::Value = serde_json::from_str(&r.value).expect("the refund as JSON");
+        assert_eq!(v["orderId"], i.to_string(), "{v}");
+        assert_eq!(v["why"], format!("late {i}"), "{v}");
+        assert!(reason(&format!("refund-{i}")).contains("orderId"), "{r:?}");
+        let r = rec(&format!("item-{i}"));
+        let v: serde_json::Value = serde_json::from_str(&r.value).expect("the item as JSON");
+        assert_eq!(v["sku"], format!("x{i}"), "{v}");
+        assert_eq!(v["qty"], i, "{v}");
+        assert_eq!(r.header("weir.schema.id"), Some(sid), "{r:?}");
+    }
+    for (key, says) in [
+        ("bad-no-magic", "magic byte".to_owned()),
+        ("bad-truncated", "too short".to_owned()),
+        ("bad-unknown-id", "schema id 999".to_owned()),
+        ("bad-index", "message indexes [7]".to_owned()),
+        ("bad-not-its-schema", format!("id {sid}")),
+    ] {
+        assert!(reason(key).contains(&says), "{key}: {}", reason(key));
+        assert_eq!(rec(key).header("weir.stage"), Some("weir.decode"), "{key}");
+    }
+    for r in dlq.iter().filter(|r| r.key.parse::<usize>().is_ok()) {
+        let i: usize = r.key.parse().unwrap();
+        assert_eq!(i % 3, 2, "only CANCELLED orders are rejected: {r:?}");
+        assert_eq!(r.header("weir.stage"), Some("weir.encode"), "{r:?}");
+        let why = r.header("weir.reason").unwrap_or_default();
+        assert!(why.starts_with("does not fit") && why.contains("$.status"), "{why}");
+        let v: serde_json::Value = serde_json::from_str(&r.value).expect("the stage's JSON");
+        assert_eq!(v["status"], "CANCELLED", "{v}");
+        assert_eq!(v["big"], (9223372036854775808u64 + i as u64).to_string(), "{v}");
+        assert!(v["placed"].as_str().unwrap_or("").ends_with('Z'), "{v}");
+    }
+}
