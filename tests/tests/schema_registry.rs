@@ -652,3 +652,159 @@ print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for
         assert!(v["placed"].as_str().unwrap_or("").ends_with('Z'), "{v}");
     }
 }
+
+/// The JSON Schema input: draft-07 with a referenced schema, an enum, formats and bounds.
+const ORDER_JSON_SCHEMA: &str = r#"{
+  "$schema": "http://json-schema.org/draft-07/schema#",
+  "title": "Order",
+  "type": "object",
+  "properties": {
+    "id": {"type": "integer"},
+    "customer": {"type": "object", "properties": {"name": {"type": "string"}, "vip": {"type": "boolean"}}, "required": ["name", "vip"]},
+    "items": {"type": "array", "items": {"$ref": "item.json"}},
+    "status": {"enum": ["NEW", "PAID", "CANCELLED"]},
+    "note": {"type": ["string", "null"]},
+    "score": {"type": "number"}
+  },
+  "required": ["id", "customer", "items", "status"],
+  "additionalProperties": false
+}"#;
+const ITEM_JSON_SCHEMA: &str = r#"{"type":"object","properties":{"sku":{"type":"string","minLength":1},"qty":{"type":"integer","minimum":0}},"required":["sku","qty"],"additionalProperties":false}"#;
+
+#[test]
+fn json_schema_records_are_validated_both_ways_with_an_independent_client() {
+    let t = tools();
+    let python = tool(&t, "WEIR_KAFKA_PYTHON");
+    let b = Broker::with_registry(WEIR, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let s = scratch!();
+    s.write("order.schema.json", ORDER_JSON_SCHEMA);
+    s.write("item.schema.json", ITEM_JSON_SCHEMA);
+    // The output schema: CANCELLED is not a status there.
+    s.write(
+        "order-out.schema.json",
+        &ORDER_JSON_SCHEMA
+            .replace(r#", "CANCELLED"]"#, "]")
+            .replace(r#"{"$ref": "item.json"}"#, ITEM_JSON_SCHEMA),
+    );
+    let n = 90;
+    let prelude = format!(
+        r#"
+import json
+from confluent_kafka import Producer, Consumer, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient, Schema, SchemaReference
+from confluent_kafka.schema_registry.json_schema import JSONSerializer, JSONDeserializer
+from confluent_kafka.serialization import SerializationContext, MessageField
+BS = "{bs}"
+sr = SchemaRegistryClient({{"url": "{url}"}})
+D = "{dir}"
+STATUS = ["NEW", "PAID", "CANCELLED"]
+def make(i):
+    return {{"id": i * 7 - 3, "customer": {{"name": "cüstomer \"%d\"" % i, "vip": i % 2 == 0}},
+        "items": [{{"sku": "s%d-%d" % (i, k), "qty": k}} for k in range(i % 4)],
+        "status": STATUS[i % 3], "note": None if i % 5 else "note %d" % i, "score": i / 8.0}}
+"#,
+        bs = b.bootstrap,
+        url = b.registry.as_deref().expect("the broker's registry"),
+        dir = s.path("").display(),
+    );
+    let sid = python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+item = sr.register_schema("item.json", Schema(open(D + "/item.schema.json").read(), "JSON"))
+ref = SchemaReference("item.json", "item.json", 1)
+schema = Schema(open(D + "/order.schema.json").read(), "JSON", [ref])
+sid = sr.register_schema("in-value", schema)
+ser = JSONSerializer(schema, sr, conf={{"auto.register.schemas": False, "use.latest.version": True}})
+p = Producer({{"bootstrap.servers": BS}})
+ctx = SerializationContext("in", MessageField.VALUE)
+for i in range({n}):
+    p.produce("in", key=str(i), value=ser(make(i), ctx))
+h = b"\x00" + sid.to_bytes(4, "big")
+p.produce("in", key="bad-no-magic", value=b'{{"id": 1}}')
+p.produce("in", key="bad-not-json", value=h + b'{{"id": ')
+p.produce("in", key="bad-not-its-schema", value=h + json.dumps(dict(make(1), items=[{{"sku": "", "qty": 1}}])).encode())
+assert p.flush(30) == 0
+print(sid)
+"#
+        ),
+    );
+    let sid = sid.trim().to_owned();
+    let registry = b.registry.clone().unwrap();
+    let yaml = format!(
+        "source:\n  kafka:\n    brokers: {bs}\n    topics: [in]\n    group: js\n    stop_at_end: true\n    decode: {{ format: json-schema, registry: {{ url: '{registry}' }} }}\nstages:\n{st}sink:\n  kafka:\n    brokers: {bs}\n    topic: out\n    encode:\n      format: json-schema\n      registry: {{ url: '{registry}' }}\n      schema: order-out.schema.json\n      subject: record-name\n      auto_register: true\nreject:\n  kafka:\n    brokers: {bs}\n    topic: dlq\nruntime:\n  connect_timeout: 10s\n",
+        bs = b.bootstrap,
+        st = stage("pass", PASSTHROUGH, &[])
+    );
+    s.write("js.yaml", &yaml);
+    let out = s.run(&["run", "js.yaml", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "weir run: {err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the JSON report");
+    let cancelled = (0..n).filter(|i| i % 3 == 2).count();
+    assert_eq!(report["read"], n + 3, "{report}");
+    assert_eq!(report["written"], n - cancelled, "{report}");
+    assert_eq!(report["rejected"], cancelled + 3, "{report}");
+
+    // The independent reader validates each output against the schema Weir registered
+    // (subject `Order`, the schema's title) and each equals what was produced.
+    let seen = python_run(
+        &python,
+        &format!(
+            r#"{prelude}
+latest = sr.get_latest_version("Order")
+d = JSONDeserializer(latest.schema.schema_str)
+c = Consumer({{"bootstrap.servers": BS, "group.id": "py-js", "enable.partition.eof": True}})
+c.assign([TopicPartition("out", 0, 0)])
+got, bad, ids = {{}}, [], set()
+while True:
+    m = c.poll(10)
+    assert m is not None, "timed out reading out"
+    if m.error():
+        break
+    ids.add(int.from_bytes(m.value()[1:5], "big"))
+    v = d(m.value(), SerializationContext("out", MessageField.VALUE))
+    i = int(m.key())
+    if v != make(i):
+        bad.append((i, v, make(i)))
+    got[i] = got.get(i, 0) + 1
+want = [i for i in range({n}) if i % 3 != 2]
+print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for i in got if i not in want],
+    "duplicated": [i for i, k in got.items() if k > 1], "different": bad[:2],
+    "ids": sorted(ids), "latest": latest.schema_id}}))
+"#
+        ),
+    );
+    let seen: serde_json::Value = serde_json::from_str(seen.trim()).expect("the reader's summary");
+    for k in ["missing", "extra", "duplicated", "different"] {
+        assert_eq!(seen[k], serde_json::json!([]), "{k}: {seen}");
+    }
+    assert_eq!(seen["ids"], serde_json::json!([seen["latest"]]), "{seen}");
+
+    let dlq = b.read("dlq");
+    assert_eq!(dlq.len(), cancelled + 3, "{dlq:?}");
+    let reason = |key: &str| {
+        dlq.iter()
+            .find(|r| r.key == key)
+            .unwrap_or_else(|| panic!("no reject for {key}: {dlq:?}"))
+            .header("weir.reason")
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(reason("bad-no-magic").contains("magic byte"), "{}", reason("bad-no-magic"));
+    assert!(reason("bad-not-json").contains("not JSON"), "{}", reason("bad-not-json"));
+    let why = reason("bad-not-its-schema");
+    assert!(
+        why.contains(&format!("id {sid}")) && why.contains("$.items[0].sku"),
+        "{why}"
+    );
+    for r in dlq.iter().filter(|r| r.key.parse::<usize>().is_ok()) {
+        let i: usize = r.key.parse().unwrap();
+        assert_eq!(i % 3, 2, "only CANCELLED orders are rejected: {r:?}");
+        assert_eq!(r.header("weir.stage"), Some("weir.encode"), "{r:?}");
+        let why = r.header("weir.reason").unwrap_or_default();
+        assert!(why.contains("subject `Order`") && why.contains("$.status"), "{why}");
+        assert_eq!(r.header("weir.schema.id"), Some(sid.as_str()), "{r:?}");
+        assert_eq!(r.header("weir.schema.subject"), Some("in-value"), "{r:?}");
+    }
+}
