@@ -617,7 +617,12 @@ print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for
             .find(|r| r.key == key)
             .unwrap_or_else(|| panic!("no reject for {key}: {dlq:?}"))
     };
-    let reason = |key: &str| rec(key).header("weir.reason").unwrap_or_default().to_owned();
+    let reason = |key: &str| {
+        rec(key)
+            .header("weir.reason")
+            .unwrap_or_default()
+            .to_owned()
+    };
     for i in 0..5 {
         let r = rec(&format!("refund-{i}"));
         let v: serde_json::Value = serde_json::from_str(&r.value).expect("the refund as JSON");
@@ -645,10 +650,17 @@ print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for
         assert_eq!(i % 3, 2, "only CANCELLED orders are rejected: {r:?}");
         assert_eq!(r.header("weir.stage"), Some("weir.encode"), "{r:?}");
         let why = r.header("weir.reason").unwrap_or_default();
-        assert!(why.starts_with("does not fit") && why.contains("$.status"), "{why}");
+        assert!(
+            why.starts_with("does not fit") && why.contains("$.status"),
+            "{why}"
+        );
         let v: serde_json::Value = serde_json::from_str(&r.value).expect("the stage's JSON");
         assert_eq!(v["status"], "CANCELLED", "{v}");
-        assert_eq!(v["big"], (9223372036854775808u64 + i as u64).to_string(), "{v}");
+        assert_eq!(
+            v["big"],
+            (9223372036854775808u64 + i as u64).to_string(),
+            "{v}"
+        );
         assert!(v["placed"].as_str().unwrap_or("").ends_with('Z'), "{v}");
     }
 }
@@ -791,8 +803,16 @@ print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for
             .unwrap_or_default()
             .to_owned()
     };
-    assert!(reason("bad-no-magic").contains("magic byte"), "{}", reason("bad-no-magic"));
-    assert!(reason("bad-not-json").contains("not JSON"), "{}", reason("bad-not-json"));
+    assert!(
+        reason("bad-no-magic").contains("magic byte"),
+        "{}",
+        reason("bad-no-magic")
+    );
+    assert!(
+        reason("bad-not-json").contains("not JSON"),
+        "{}",
+        reason("bad-not-json")
+    );
     let why = reason("bad-not-its-schema");
     assert!(
         why.contains(&format!("id {sid}")) && why.contains("$.items[0].sku"),
@@ -803,7 +823,10 @@ print(json.dumps({{"missing": [i for i in want if i not in got], "extra": [i for
         assert_eq!(i % 3, 2, "only CANCELLED orders are rejected: {r:?}");
         assert_eq!(r.header("weir.stage"), Some("weir.encode"), "{r:?}");
         let why = r.header("weir.reason").unwrap_or_default();
-        assert!(why.contains("subject `Order`") && why.contains("$.status"), "{why}");
+        assert!(
+            why.contains("subject `Order`") && why.contains("$.status"),
+            "{why}"
+        );
         assert_eq!(r.header("weir.schema.id"), Some(sid.as_str()), "{r:?}");
         assert_eq!(r.header("weir.schema.subject"), Some("in-value"), "{r:?}");
     }

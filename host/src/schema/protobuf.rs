@@ -344,6 +344,45 @@ message Refund { string order_id = 1; }
     }
 
     #[test]
+    fn the_encoder_takes_every_form_the_proto3_json_mapping_allows() {
+        let s = schema();
+        let (order, idx) = s.by_name("shop.Order").unwrap();
+        let json = |j: &str| {
+            let mut wire = Vec::new();
+            ProtoSchema::from_json(&order, &idx, j.as_bytes(), &mut wire).unwrap();
+            let mut out = Vec::new();
+            s.to_json(&wire, &mut out).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        };
+        // Proto field names and JSON names, numbers as text and text as numbers, enum
+        // numbers, URL-safe base64, null for an unset message field.
+        let v = json(
+            r#"{"qty":12,"items":[{"sku":"a","n":"3"}],"status":1,"raw":"-_8","total":null,"tags":{"k":"7"}}"#,
+        );
+        assert_eq!(v["qty"], "12");
+        assert_eq!(v["items"][0]["n"], 3);
+        assert_eq!(v["status"], "PAID");
+        assert_eq!(v["raw"], "+/8=");
+        assert!(v.get("total").is_none(), "{v}");
+        assert_eq!(v["tags"]["k"], 7);
+        let (refund, ridx) = s.by_name("shop.Refund").unwrap();
+        let mut wire = Vec::new();
+        ProtoSchema::from_json(&refund, &ridx, br#"{"order_id":"x"}"#, &mut wire).unwrap();
+        let mut out = Vec::new();
+        s.to_json(&wire, &mut out).unwrap();
+        assert_eq!(out, br#"{"orderId":"x"}"#);
+        // Unknown fields in the bytes (a newer writer) are dropped from the JSON.
+        let mut wire = Vec::new();
+        ProtoSchema::from_json(&order, &idx, br#"{"id":"y"}"#, &mut wire).unwrap();
+        wire.extend_from_slice(&[0xF8, 0x06, 0x01]); // field 111, varint 1
+        let mut out = Vec::new();
+        s.to_json(&wire, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], "y");
+        assert!(!String::from_utf8_lossy(&out).contains("111"), "{v}");
+    }
+
+    #[test]
     fn what_does_not_fit_is_named_by_its_path() {
         let s = schema();
         let (order, idx) = s.by_name("shop.Order").unwrap();
