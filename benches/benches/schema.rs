@@ -6,7 +6,9 @@
 //! * `schema_chain/avro`: the same records in Avro (the Confluent wire format): decoded to
 //!   JSON before the stage and encoded to Avro after it, schemas from the cache (a
 //!   development registry in-process; no request in the measured loop);
-//! * `schema_codec/decode` and `schema_codec/encode`: the codec alone, 256 records.
+//! * `schema_chain/protobuf`, `schema_chain/json-schema`: the same with the same 20 fields as
+//!   a Protobuf message (proto3 JSON mapping) and as JSON Schema (validated both ways);
+//! * `schema_codec/decode-*` and `schema_codec/encode-*`: each codec alone, 256 records.
 //!
 //! Measured with mimalloc, the `weir` binary's allocator.
 //!
@@ -14,6 +16,8 @@
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use weir::message::{Envelope, Lane, Message};
@@ -37,6 +41,33 @@ const SCHEMA: &str = r#"{"type":"record","name":"Order","namespace":"bench","fie
  {"name":"weight","type":"double"},{"name":"country","type":"string"},{"name":"zip","type":"string"},
  {"name":"attempts","type":"int"},{"name":"source","type":"string"}
 ]}"#;
+
+/// The same 20 fields as a Protobuf message.
+const PROTO: &str = r#"syntax = "proto3";
+package bench;
+import "google/protobuf/timestamp.proto";
+message Order {
+  int64 id = 1; string customer = 2; string region = 3; Status status = 4; int32 qty = 5;
+  double price = 6; double discount = 7; bool vip = 8; bool gift = 9; optional string note = 10;
+  google.protobuf.Timestamp placed = 11; string total = 12; string sku = 13; int32 warehouse = 14;
+  string carrier = 15; double weight = 16; string country = 17; string zip = 18;
+  int32 attempts = 19; string source = 20;
+  enum Status { open = 0; paid = 1; shipped = 2; }
+}
+"#;
+
+/// The same 20 fields as a JSON Schema.
+const JSON_SCHEMA: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Order","type":"object",
+ "properties":{"id":{"type":"integer"},"customer":{"type":"string"},"region":{"type":"string"},
+ "status":{"enum":["open","paid","shipped"]},"qty":{"type":"integer","minimum":0},"price":{"type":"number"},
+ "discount":{"type":"number","maximum":1},"vip":{"type":"boolean"},"gift":{"type":"boolean"},
+ "note":{"type":["string","null"]},"placed":{"type":"string","format":"date-time"},
+ "total":{"type":"string","pattern":"^[0-9]+\\.[0-9]{2}$"},"sku":{"type":"string"},"warehouse":{"type":"integer"},
+ "carrier":{"type":"string"},"weight":{"type":"number"},"country":{"type":"string","maxLength":2},
+ "zip":{"type":"string"},"attempts":{"type":"integer"},"source":{"type":"string"}},
+ "required":["id","customer","region","status","qty","price","discount","vip","gift","note","placed",
+  "total","sku","warehouse","carrier","weight","country","zip","attempts","source"],
+ "additionalProperties":false}"#;
 
 fn json(i: usize) -> String {
     format!(
@@ -72,46 +103,70 @@ fn batch(values: &[Vec<u8>]) -> Vec<Envelope> {
         .collect()
 }
 
-fn schema(c: &mut Criterion) {
-    let registry = DevRegistry::start("127.0.0.1:0").expect("registry");
-    let dir = tempfile::tempdir().expect("dir");
-    std::fs::write(dir.path().join("order.avsc"), SCHEMA).expect("schema file");
+/// A pipeline whose Kafka source decodes and sink encodes with `format` and the schema file.
+fn codecs(
+    registry: &DevRegistry,
+    dir: &std::path::Path,
+    format: &str,
+    file: &str,
+    text: &str,
+) -> (weir::config::PipelineConfig, Arc<Codecs>) {
+    std::fs::write(dir.join(file), text).expect("schema file");
     let yaml = format!(
-        "name: bench\nsource:\n  kafka:\n    brokers: 127.0.0.1:9\n    topics: [in]\n    group: bench\n    decode: {{ registry: {{ url: '{url}' }} }}\nsink:\n  kafka:\n    brokers: 127.0.0.1:9\n    topic: out\n    encode: {{ format: avro, registry: {{ url: '{url}' }}, schema: '{schema}', auto_register: true }}\nruntime:\n  watch_plugins: false\nstages:\n  - name: pass\n    plugin: {PASSTHROUGH}\n",
+        "name: bench\nsource:\n  kafka:\n    brokers: 127.0.0.1:9\n    topics: [in]\n    group: bench\n    decode: {{ registry: {{ url: '{url}' }} }}\nsink:\n  kafka:\n    brokers: 127.0.0.1:9\n    topic: out-{format}\n    encode: {{ format: {format}, registry: {{ url: '{url}' }}, schema: '{schema}', auto_register: true }}\nruntime:\n  watch_plugins: false\nstages:\n  - name: pass\n    plugin: {PASSTHROUGH}\n",
         url = registry.url(),
-        schema = dir.path().join("order.avsc").display()
+        schema = dir.join(file).display()
     );
-    let cfg =
-        weir::config::load_str(&dir.path().join("bench.yaml"), &yaml, &|_| None).expect("pipeline");
+    let cfg = weir::config::load_str(&dir.join("bench.yaml"), &yaml, &|_| None).expect("pipeline");
     let codecs = Codecs::from_config(&cfg, &Metrics::new())
         .expect("codecs")
         .expect("some");
-    let encoder = codecs.encode.as_ref().expect("an encoder");
-    // The records as JSON and, through the encoder, as Avro in the wire format.
+    (cfg, codecs)
+}
+
+fn schema(c: &mut Criterion) {
+    let registry = DevRegistry::start("127.0.0.1:0").expect("registry");
+    let dir = tempfile::tempdir().expect("dir");
     let texts: Vec<Vec<u8>> = (0..BATCH).map(|i| json(i).into_bytes()).collect();
-    let avro: Vec<Vec<u8>> = batch(&texts)
-        .iter()
-        .map(|e| encoder.encode(&e.msg).expect("fits").expect("a value"))
-        .collect();
-    // The decoder's schema in the cache, as a driver fetches it before a batch.
-    let first = batch(&avro);
-    codecs
-        .fetch(first.iter().map(|e| &e.msg))
-        .expect("the registry answers");
     let lane = Lane {
         topic: "in".into(),
         partition: 0,
         generation: 0,
     };
+    // Per format: the pipeline, its codecs and the records in the wire format (through the
+    // encoder), the decoder's schema in the cache as a driver fetches it before a batch.
+    let formats: Vec<_> = [
+        ("avro", "order.avsc", SCHEMA),
+        ("protobuf", "order.proto", PROTO),
+        ("json-schema", "order.json", JSON_SCHEMA),
+    ]
+    .into_iter()
+    .map(|(format, file, text)| {
+        let (cfg, codecs) = codecs(&registry, dir.path(), format, file, text);
+        let encoder = codecs.encode.as_ref().expect("an encoder");
+        let wire: Vec<Vec<u8>> = batch(&texts)
+            .iter()
+            .map(|e| encoder.encode(&e.msg).expect("fits").expect("a value"))
+            .collect();
+        codecs
+            .fetch(batch(&wire).iter().map(|e| &e.msg))
+            .expect("the registry answers");
+        (format, cfg, codecs, wire)
+    })
+    .collect();
 
     let mut g = c.benchmark_group("schema_chain");
     g.throughput(Throughput::Elements(BATCH as u64));
-    for (name, input, with_codecs) in [("json", &texts, false), ("avro", &avro, true)] {
-        let mut chain = weir::runtime::prepare(&cfg)
+    let plain = [("json", &formats[0].1, None, &texts)];
+    let coded = formats
+        .iter()
+        .map(|(format, cfg, codecs, wire)| (*format, cfg, Some(codecs.clone()), wire));
+    for (name, cfg, codecs, input) in plain.into_iter().chain(coded) {
+        let mut chain = weir::runtime::prepare(cfg)
             .expect("the stage loads")
             .chain
-            .with_codecs(with_codecs.then(|| codecs.clone()));
-        // Both ways produce the same JSON for the stage: check once.
+            .with_codecs(codecs);
+        // Every way produces the same outputs: check once.
         let out = chain.run(&lane, batch(input)).expect("runs");
         assert_eq!(
             out.outputs.len(),
@@ -131,30 +186,33 @@ fn schema(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("schema_codec");
     g.throughput(Throughput::Elements(BATCH as u64));
-    g.bench_function("decode", |b| {
-        b.iter_batched(
-            || batch(&avro),
-            |mut input| {
-                for e in &mut input {
-                    codecs.decode(&mut e.msg).expect("decodes");
-                }
-                input
-            },
-            BatchSize::SmallInput,
-        )
-    });
-    g.bench_function("encode", |b| {
-        b.iter_batched(
-            || batch(&texts),
-            |input| {
-                input
-                    .iter()
-                    .map(|e| encoder.encode(&e.msg).expect("fits"))
-                    .collect::<Vec<_>>()
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    for (format, _, codecs, wire) in &formats {
+        g.bench_function(format!("decode-{format}"), |b| {
+            b.iter_batched(
+                || batch(wire),
+                |mut input| {
+                    for e in &mut input {
+                        codecs.decode(&mut e.msg).expect("decodes");
+                    }
+                    input
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        let encoder = codecs.encode.as_ref().expect("an encoder");
+        g.bench_function(format!("encode-{format}"), |b| {
+            b.iter_batched(
+                || batch(&texts),
+                |input| {
+                    input
+                        .iter()
+                        .map(|e| encoder.encode(&e.msg).expect("fits"))
+                        .collect::<Vec<_>>()
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
     g.finish();
 }
 
