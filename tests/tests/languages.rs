@@ -551,3 +551,106 @@ fn the_running_total_stage_keeps_the_same_totals_in_rust_c_python_and_js() {
         assert_eq!(store, rust_store, "{lang}: the store differs from rust's");
     }
 }
+
+/// Builds `plugins/<dir>/<file>` with the `lang` SDK's build script, run from `cwd`, into `out`.
+fn sdk_build(lang: &str, dir: &str, file: &str, cwd: &std::path::Path, out: &std::path::Path) {
+    let root = weir_tests::languages::root();
+    let o = std::process::Command::new(root.join(format!("sdk/{lang}/weir-build-{lang}")))
+        .arg(root.join("plugins").join(dir).join(file))
+        .arg("-o")
+        .arg(out)
+        .current_dir(cwd)
+        .env("WEIR", WEIR)
+        .output()
+        .expect("running the SDK's build script");
+    assert!(o.status.success(), "{lang}: {}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("not reproducible"),
+        "{lang}: the build says it is not reproducible: {}",
+        stderr(&o)
+    );
+}
+
+/// Equal bytes, or a message with both sizes and where they first differ.
+fn assert_same_bytes(what: &str, a: &std::path::Path, b: &std::path::Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    let first = x.iter().zip(&y).position(|(p, q)| p != q);
+    assert!(
+        x == y,
+        "{what}: two builds of the same source differ: {} bytes and {} bytes, first difference at \
+         byte {first:?}",
+        x.len(),
+        y.len()
+    );
+}
+
+#[test]
+fn the_c_js_and_rust_examples_build_to_the_same_bytes_twice() {
+    let s = scratch!();
+    let (one, two) = (s.path("one"), s.path("two"));
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::create_dir_all(&two).unwrap();
+    // Each language twice, from two folders, into two files.
+    for (lang, dir, file) in [
+        ("c", "orders-c", "orders.c"),
+        ("js", "orders-js", "orders.js"),
+    ] {
+        sdk_build(lang, dir, file, &one, &one.join(format!("{lang}.wasm")));
+        sdk_build(
+            lang,
+            dir,
+            file,
+            &two,
+            &two.join(format!("{lang}-again.wasm")),
+        );
+        assert_same_bytes(
+            lang,
+            &one.join(format!("{lang}.wasm")),
+            &two.join(format!("{lang}-again.wasm")),
+        );
+    }
+    // Rust: the stage crate compiled twice (its dependencies are reused, as in any rebuild).
+    let root = weir_tests::languages::root();
+    let target = root.join("target").join("plugins");
+    let cargo = |copy_to: &std::path::Path| {
+        let o = std::process::Command::new("cargo")
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "-p",
+                "orders-rust",
+            ])
+            .current_dir(&root)
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .expect("cargo");
+        assert!(o.status.success(), "rust: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("Compiling orders-rust"),
+            "rust: compiled: {}",
+            stderr(&o)
+        );
+        std::fs::copy(
+            target.join("wasm32-wasip2/release/orders_rust.wasm"),
+            copy_to,
+        )
+        .unwrap();
+    };
+    // A new modification time makes cargo compile the crate again, both times.
+    let lib = root.join("plugins/orders-rust/src/lib.rs");
+    let touch = || {
+        std::fs::File::options()
+            .append(true)
+            .open(&lib)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now())
+            .unwrap()
+    };
+    touch();
+    cargo(&one.join("rust.wasm"));
+    touch();
+    cargo(&two.join("rust-again.wasm"));
+    assert_same_bytes("rust", &one.join("rust.wasm"), &two.join("rust-again.wasm"));
+}
