@@ -54,6 +54,10 @@ const char *weir_config_get(const weir_config *c, const char *key) {
         if (strcmp(c->keys[i], key) == 0) return c->values[i];
     return NULL;
 }
+const char *weir_config_non_empty(const weir_config *c, const char *key) {
+    const char *v = weir_config_get(c, key);
+    return v && *v ? v : NULL;
+}
 size_t weir_config_len(const weir_config *c) { return c->len; }
 const char *weir_config_key(const weir_config *c, size_t i) { return i < c->len ? c->keys[i] : NULL; }
 const char *weir_config_value(const weir_config *c, size_t i) { return i < c->len ? c->values[i] : NULL; }

@@ -84,6 +84,13 @@ typedef struct weir_config weir_config;
 
 /** The value of `key` (NUL-terminated), or NULL when the YAML does not set it. */
 const char *weir_config_get(const weir_config *config, const char *key);
+/**
+ * The value of `key`, or NULL when the YAML does not set it or sets it empty (`--config word=`
+ * and `word: ""` give an empty value): for keys where empty means "not given".
+ *     const char *prefix = weir_config_non_empty(config, "prefix");
+ *     if (!prefix) prefix = "eu-";
+ */
+const char *weir_config_non_empty(const weir_config *config, const char *key);
 /** Number of config entries, and the i-th key and value (for iterating). */
 size_t weir_config_len(const weir_config *config);
 const char *weir_config_key(const weir_config *config, size_t i);

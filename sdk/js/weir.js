@@ -70,6 +70,36 @@ export function text(b) {
   return b === undefined ? undefined : decoder.decode(b);
 }
 
+/**
+ * The text of UTF-8 bytes, or `null` when they are absent or not valid UTF-8: the twin of `text`
+ * that never throws (C's `weir_utf8_valid`).
+ */
+export function textOrNull(b) {
+  if (b === undefined || b === null) return null;
+  try {
+    return decoder.decode(b);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The value of `key` in the stage's `config`, or `fallback` when it is missing or empty
+ * (`--config word=` and `word: ""` in the YAML give an empty string).
+ */
+export function configValue(config, key, fallback = undefined) {
+  const v = config[key];
+  return v === undefined || v === "" ? fallback : v;
+}
+
+/** The value of `key` in the stage's `config`; throws an Error naming the key when it is missing or empty. */
+export function requireConfig(config, key) {
+  const v = config[key];
+  if (v === undefined) throw new Error(`missing config key \`${key}\``);
+  if (v === "") throw new Error(`config key \`${key}\` is empty`);
+  return v;
+}
+
 /** A new message; string keys/values are UTF-8 encoded, headers are `[key, value]` pairs. */
 export function message({ key, value, headers = [], timestamp, topic } = {}) {
   return {

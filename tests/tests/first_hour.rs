@@ -103,6 +103,32 @@ fn walk_scaffold(sh: &mut Shell, lang: &str) -> PathBuf {
         readme.contains("scripts/install"),
         "{lang}: the README says how to get `weir` on PATH: {readme}"
     );
+    assert!(
+        readme.contains("API reference"),
+        "{lang}: the README links the SDK's API reference: {readme}"
+    );
+    // The project depends on the SDK packages at weir's version (packed by scripts/install
+    // until they are on the registries), never on the SDK's folder in the checkout.
+    let manifest = match lang {
+        "rust" => "Cargo.toml",
+        "js" => "package.json",
+        "python" => "requirements.txt",
+        _ => "",
+    };
+    if !manifest.is_empty() {
+        let text = std::fs::read_to_string(project.join(manifest)).expect("the manifest");
+        let checkout = std::fs::canonicalize(root()).unwrap();
+        let packed = checkout.join("target").join("sdk-packages");
+        let folder = checkout.join("sdk").join(lang);
+        assert!(
+            text.contains(env!("CARGO_PKG_VERSION"))
+                && text.contains(&packed.display().to_string())
+                && !text.contains(&folder.display().to_string()),
+            "{lang}: {manifest} asks for weir-sdk {} from {}: {text}",
+            env!("CARGO_PKG_VERSION"),
+            packed.display()
+        );
+    }
     let commands = sh_block(&readme);
     let mut seen = Vec::new();
     for line in &commands {
@@ -378,4 +404,236 @@ fn c_bindings_default_to_the_typed_contract_and_name_what_to_define() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Runs a command in the checkout, asserting success; returns stdout.
+fn run_in_root(program: &str, args: &[&str]) -> String {
+    let o = Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(o.status.success(), "{program} {args:?}: {}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_sdks_are_packages_at_the_binarys_version_that_publish_cleanly() {
+    let version = env!("CARGO_PKG_VERSION");
+    // The three crates verify together (cargo's multi-package publish, against a local overlay
+    // of the not yet published ones), exactly as `cargo publish` would send them.
+    run_in_root(
+        "cargo",
+        &[
+            "publish",
+            "--dry-run",
+            "--allow-dirty",
+            "-p",
+            "weir-abi",
+            "-p",
+            "weir-sdk-macro",
+            "-p",
+            "weir-sdk",
+        ],
+    );
+    let s = weir_tests::scratch!();
+    let out = s.path("packages");
+    let printed = run_in_root("scripts/pack-sdks", &[out.to_str().unwrap()]);
+    assert_eq!(
+        Path::new(printed.trim()),
+        std::fs::canonicalize(&out).unwrap()
+    );
+    for file in [
+        format!("weir-abi-{version}.crate"),
+        format!("weir-sdk-macro-{version}.crate"),
+        format!("weir-sdk-{version}.crate"),
+        format!("rust/weir-sdk-{version}/wit/weir.wit"),
+        format!("weir-sdk-{version}.tgz"),
+        format!("weir_sdk-{version}-py3-none-any.whl"),
+    ] {
+        assert!(out.join(&file).is_file(), "pack-sdks made {file}");
+    }
+    // The npm package: the SDK, its build script as a bin, its tools as dependencies.
+    let tgz = out.join(format!("weir-sdk-{version}.tgz"));
+    let tgz = tgz.to_str().unwrap();
+    let list = run_in_root("tar", &["-tzf", tgz]);
+    for f in [
+        "weir.js",
+        "state.js",
+        "weir-build-js",
+        "reproducible.c",
+        "API.md",
+        "README.md",
+    ] {
+        assert!(
+            list.lines().any(|l| l == format!("package/{f}")),
+            "{f} in the npm package: {list}"
+        );
+    }
+    let manifest = run_in_root("tar", &["-xzOf", tgz, "package/package.json"]);
+    let manifest: Value = serde_json::from_str(&manifest).unwrap();
+    assert_eq!(manifest["version"], version);
+    assert_eq!(manifest["bin"]["weir-build-js"], "weir-build-js");
+    assert_eq!(
+        manifest["dependencies"]["@bytecodealliance/componentize-js"],
+        "0.23.0"
+    );
+    // The wheel: the `weir` package with its API reference, the build script, componentize-py.
+    let wheel = out.join(format!("weir_sdk-{version}-py3-none-any.whl"));
+    let list = run_in_root("python3", &["-m", "zipfile", "-l", wheel.to_str().unwrap()]);
+    for f in [
+        "weir/__init__.py".to_owned(),
+        "weir/state.py".to_owned(),
+        "weir/API.md".to_owned(),
+        format!("weir_sdk-{version}.data/scripts/weir-build-python"),
+    ] {
+        assert!(list.contains(&f), "{f} in the wheel: {list}");
+    }
+    let metadata = run_in_root(
+        "python3",
+        &[
+            "-c",
+            "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+             print(z.read(next(n for n in z.namelist() if n.endswith('METADATA'))).decode())",
+            wheel.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        metadata.contains(&format!("Version: {version}")),
+        "{metadata}"
+    );
+    assert!(
+        metadata.contains("Requires-Dist: componentize-py==0.25.1"),
+        "{metadata}"
+    );
+}
+
+/// The `### name` headings of an API page, each checked to have a code block before the next
+/// heading. `### Stage, Batch` names two.
+fn documented(page: &str, lang: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut current: Option<String> = None;
+    let mut has_example = true;
+    for line in page.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            assert!(
+                has_example,
+                "{lang}: `{}` has no example",
+                current.unwrap_or_default()
+            );
+            let h = h.split('(').next().unwrap_or(h).trim();
+            names.extend(h.split(", ").map(str::to_owned));
+            current = Some(h.to_owned());
+            has_example = false;
+        } else if line.starts_with("## ") {
+            assert!(
+                has_example,
+                "{lang}: `{}` has no example",
+                current.clone().unwrap_or_default()
+            );
+            current = None;
+            has_example = true;
+        } else if line.starts_with("```") && current.is_some() {
+            has_example = true;
+        }
+    }
+    assert!(
+        has_example,
+        "{lang}: `{}` has no example",
+        current.unwrap_or_default()
+    );
+    names
+}
+
+fn words_after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(|rest| {
+            rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or("")
+        })
+        .filter(|w| !w.is_empty() && !w.starts_with('_'))
+        .collect()
+}
+
+#[test]
+fn each_sdks_api_reference_names_every_function_with_an_example() {
+    let read =
+        |p: &str| std::fs::read_to_string(root().join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let check = |lang: &str, page: &str, exported: Vec<String>| {
+        let names = documented(&read(page), lang);
+        let missing: Vec<_> = exported.iter().filter(|e| !names.contains(e)).collect();
+        assert!(
+            missing.is_empty(),
+            "{lang}: {page} does not document {missing:?}"
+        );
+        assert!(
+            exported.len() >= 10,
+            "{lang}: found the exports: {exported:?}"
+        );
+    };
+    // JavaScript: the exported functions and classes, and Bucket's methods.
+    let (weir_js, state_js) = (read("sdk/js/weir.js"), read("sdk/js/state.js"));
+    let mut js: Vec<String> = [&weir_js, &state_js]
+        .iter()
+        .flat_map(|t| {
+            words_after(t, "export function ")
+                .into_iter()
+                .chain(words_after(t, "export class "))
+        })
+        .map(str::to_owned)
+        .collect();
+    let bucket = &state_js[state_js.find("export class Bucket").unwrap()..];
+    let bucket = &bucket[..bucket.find("\n}\n").unwrap()];
+    js.extend(
+        words_after(bucket, "  ")
+            .into_iter()
+            .filter(|m| *m != "constructor" && bucket.contains(&format!("\n  {m}(")))
+            .map(|m| format!("Bucket.{m}")),
+    );
+    js.retain(|n| n != "Bucket");
+    check("js", "sdk/js/API.md", js);
+    // Python: `__all__` of both modules, and Bucket's methods.
+    let all = |text: &str| -> Vec<String> {
+        let start = text.find("__all__ = [").expect("__all__") + 11;
+        let end = start + text[start..].find(']').unwrap();
+        text[start..end]
+            .split(',')
+            .map(|s| s.trim().trim_matches('"').to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let (init_py, state_py) = (
+        read("sdk/python/weir/__init__.py"),
+        read("sdk/python/weir/state.py"),
+    );
+    let mut py = all(&init_py);
+    py.extend(all(&state_py));
+    let bucket = &state_py[state_py.find("class Bucket").unwrap()..];
+    let bucket = &bucket[..bucket.find("\n\n\n").unwrap_or(bucket.len())];
+    py.extend(
+        words_after(bucket, "    def ")
+            .into_iter()
+            .map(|m| format!("Bucket.{m}")),
+    );
+    py.retain(|n| n != "Bucket");
+    check("python", "sdk/python/weir/API.md", py);
+    // C: every function weir.h declares.
+    let header = read("sdk/c/weir.h");
+    let c: Vec<String> = header
+        .lines()
+        .filter(|l| {
+            !l.starts_with(' ')
+                && !l.starts_with("typedef")
+                && !l.starts_with('#')
+                && !l.starts_with('/')
+        })
+        .filter_map(|l| {
+            let open = l.find('(')?;
+            let name = l[..open].rsplit([' ', '*']).next()?;
+            name.starts_with("weir_").then(|| name.to_owned())
+        })
+        .collect();
+    check("c", "sdk/c/API.md", c);
 }

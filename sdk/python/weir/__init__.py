@@ -47,7 +47,7 @@ Outcome = _types.Outcome
 
 __all__ = [
     "Message", "Header", "Metadata", "Outcome", "stage", "keep", "drop", "next", "reject", "fail",
-    "message", "replace", "header", "log", "Stage", "Batch",
+    "message", "replace", "header", "log", "config_value", "require_config", "Stage", "Batch",
 ]
 
 _KEEP = _types.Outcome_Keep()
@@ -128,6 +128,32 @@ _LEVELS = {name: getattr(_log.Level, name.upper())
 def log(level: str, text: str) -> None:
     """Logs into the host's logs, tagged with the stage's name (``level``: trace … error)."""
     _log.log(_LEVELS[level], str(text))
+
+
+def config_value(config: dict[str, str], key: str, default: Optional[str] = None) -> Optional[str]:
+    """The value of ``key`` in the stage's ``config``, or ``default`` when it is missing or empty
+    (``--config word=`` and ``word: ""`` in the YAML give an empty string)::
+
+        def setup(config):
+            return weir.config_value(config, "prefix", "eu-")
+    """
+    value = config.get(key)
+    return default if value is None or value == "" else value
+
+
+def require_config(config: dict[str, str], key: str) -> str:
+    """The value of ``key`` in the stage's ``config``; raises ``ValueError`` naming the key when it
+    is missing or empty (the error stops start-up, naming the stage)::
+
+        def setup(config):
+            return weir.require_config(config, "field")
+    """
+    value = config.get(key)
+    if value is None:
+        raise ValueError(f"missing config key `{key}`")
+    if value == "":
+        raise ValueError(f"config key `{key}` is empty")
+    return value
 
 
 _registered: dict[str, Any] = {}

@@ -10,7 +10,7 @@ use crate::{Config, Level, Outcome, Stage};
 pub mod bindings {
     wit_bindgen::generate!({
         world: "stage-fast",
-        path: "../../wit",
+        path: "wit",
         // The stage state interfaces (`wasi:keyvalue`, in wit/deps): `weir_sdk::state`.
         generate_all,
         pub_export_macro: true,

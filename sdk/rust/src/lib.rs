@@ -89,6 +89,18 @@ pub enum Level {
 }
 
 /// Logs a line into the host's logs, tagged with the stage's name. Natively it prints to stderr.
+///
+/// ```
+/// use weir_sdk::{log, Level, Message, Outcome};
+///
+/// fn process(msg: &Message<'_>) -> Outcome {
+///     if msg.value().is_none() {
+///         log(Level::Warn, &format!("offset {}: no value", msg.offset()));
+///     }
+///     Outcome::Keep
+/// }
+/// # process(&weir_sdk::testing::TestMessage::value("v").borrow());
+/// ```
 pub fn log(level: Level, message: &str) {
     #[cfg(target_arch = "wasm32")]
     __private::log(level, message);

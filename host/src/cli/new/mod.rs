@@ -30,6 +30,17 @@ impl Lang {
         }
     }
 
+    /// The file `scripts/pack-sdks` makes for this language, at this binary's version (C has
+    /// no package: its SDK is files a project compiles in).
+    fn package_file(self) -> Option<String> {
+        match self {
+            Lang::Rust => Some(format!("weir-sdk-{VERSION}.crate")),
+            Lang::Js => Some(format!("weir-sdk-{VERSION}.tgz")),
+            Lang::Python => Some(format!("weir_sdk-{VERSION}-py3-none-any.whl")),
+            Lang::C => None,
+        }
+    }
+
     /// The language's name in messages.
     fn label(self) -> &'static str {
         match self {
@@ -39,6 +50,21 @@ impl Lang {
             Lang::Js => "JavaScript",
         }
     }
+}
+
+/// The SDK version a scaffold depends on: this binary's, so the contract matches.
+pub(super) const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Where a scaffold's SDK comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Sdk {
+    /// The package registry (crates.io, npm, PyPI) at [`VERSION`].
+    Registry,
+    /// The packages `scripts/pack-sdks` made, in this folder: the project depends on
+    /// [`VERSION`] and the package manager's override points at these files.
+    Packed(PathBuf),
+    /// An SDK source folder (`sdk/<lang>` of a Weir checkout): for working on Weir itself.
+    Folder(PathBuf),
 }
 
 /// Arguments of `weir new`.
@@ -52,10 +78,66 @@ pub struct NewArgs {
     /// Where to create the folder.
     #[arg(long, default_value = ".")]
     dir: PathBuf,
-    /// The language's SDK (`sdk/<lang>` of a Weir checkout). Default: the one this `weir` was
-    /// built from.
+    /// Where the SDK comes from: `registry` (crates.io, npm or PyPI, at this binary's version),
+    /// a folder of packed SDK packages (`scripts/pack-sdks`), or an SDK source folder
+    /// (`sdk/<lang>` of a Weir checkout, for working on Weir itself). Default: the packages
+    /// packed in the checkout this `weir` was built from (`scripts/install` packs them), else
+    /// the registry. C has no package: its SDK is always a folder (default: the checkout's).
     #[arg(long)]
-    sdk: Option<PathBuf>,
+    sdk: Option<String>,
+}
+
+/// The checkout this binary was built from (it may be gone: the binary may have moved).
+fn checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Decides where the SDK comes from, or says what was wrong with `--sdk`.
+fn resolve_sdk(lang: Lang, flag: Option<&str>) -> Result<Sdk, String> {
+    let (folder, marker) = lang.sdk();
+    let package = lang.package_file();
+    let classify = |dir: &Path| -> Option<Sdk> {
+        let dir = std::fs::canonicalize(dir).ok()?;
+        if package.as_ref().is_some_and(|f| dir.join(f).is_file()) {
+            Some(Sdk::Packed(dir))
+        } else if dir.join(marker).is_file() {
+            Some(Sdk::Folder(dir))
+        } else {
+            None
+        }
+    };
+    match flag {
+        Some("registry") if package.is_some() => Ok(Sdk::Registry),
+        Some("registry") => {
+            Err("the C SDK is not a package: pass --sdk PATH/TO/weir/sdk/c (its folder)".to_owned())
+        }
+        Some(path) => classify(Path::new(path)).ok_or_else(|| {
+            let packed = package.map_or(String::new(), |f| {
+                format!("a folder of packed SDK packages holding {f} (scripts/pack-sdks), or ")
+            });
+            format!(
+                "--sdk {path}: not the {} SDK: expected `registry`, {packed}the SDK's source \
+                 folder (weir/sdk/{folder}, holding {marker})",
+                lang.label()
+            )
+        }),
+        None => {
+            let packed = checkout().join("target").join("sdk-packages");
+            if package.is_some() {
+                Ok(classify(&packed)
+                    .filter(|s| matches!(s, Sdk::Packed(_)))
+                    .unwrap_or(Sdk::Registry))
+            } else {
+                let dir = checkout().join("sdk").join(folder);
+                classify(&dir).ok_or_else(|| {
+                    format!(
+                        "the C SDK is not at {}: pass --sdk PATH/TO/weir/sdk/c",
+                        dir.display()
+                    )
+                })
+            }
+        }
+    }
 }
 
 /// The sample input every scaffold gets: one message kept, one dropped, one rejected.
@@ -94,21 +176,9 @@ pub fn new(args: &NewArgs) -> ExitCode {
             args.name
         ));
     }
-    let (folder, marker) = args.lang.sdk();
-    let sdk = args.sdk.clone().unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../sdk")
-            .join(folder)
-    });
-    let sdk = match std::fs::canonicalize(&sdk) {
-        Ok(p) if p.join(marker).exists() => p,
-        _ => {
-            return super::bad_input(format!(
-                "the {} SDK is not at {}: pass --sdk PATH/TO/weir/sdk/{folder}",
-                args.lang.label(),
-                sdk.display()
-            ))
-        }
+    let sdk = match resolve_sdk(args.lang, args.sdk.as_deref()) {
+        Ok(sdk) => sdk,
+        Err(e) => return super::bad_input(e),
     };
     let root = args.dir.join(&args.name);
     if root.exists() {
@@ -120,8 +190,13 @@ pub fn new(args: &NewArgs) -> ExitCode {
     };
     match made {
         Ok(()) => {
+            let from = match &sdk {
+                Sdk::Registry => format!("weir-sdk {VERSION} from the package registry"),
+                Sdk::Packed(dir) => format!("weir-sdk {VERSION} packed in {}", dir.display()),
+                Sdk::Folder(dir) => format!("the SDK folder {}", dir.display()),
+            };
             println!(
-                "created {} ({} stage); next: cd {} && ./build.sh",
+                "created {} ({} stage on {from}); next: cd {} && ./build.sh",
                 root.display(),
                 args.lang.label(),
                 root.display()
@@ -133,20 +208,31 @@ pub fn new(args: &NewArgs) -> ExitCode {
 }
 
 /// The scaffold README's note on finding `weir`: the binary that made the project, and how to
-/// put it on PATH when the shell does not find it.
-fn weir_note() -> String {
+/// put it on PATH when the shell does not find it (the `scripts/install` of the checkout it was
+/// built from, or of the one `--sdk` names). `build_calls_weir`: whether `build.sh` needs it.
+fn weir_note(sdk: &Sdk, build_calls_weir: bool) -> String {
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "weir".into());
-    let install = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/install");
-    let install = std::fs::canonicalize(&install).map_or_else(
-        |_| "`cargo install --path host --locked` in a Weir checkout".to_owned(),
+    let source = match sdk {
+        Sdk::Folder(dir) => dir.join("../.."),
+        Sdk::Registry | Sdk::Packed(_) => checkout(),
+    };
+    let install = std::fs::canonicalize(source.join("scripts/install")).map_or_else(
+        |_| {
+            "`scripts/install` in a Weir checkout (or `cargo install --path host --locked`)"
+                .to_owned()
+        },
         |p| format!("`{}`", p.display()),
     );
+    let build = if build_calls_weir {
+        " `build.sh` finds it either way (it uses `$WEIR` when set)."
+    } else {
+        ""
+    };
     format!(
         "\n`weir` is the binary that created this project, `{exe}`. If your shell does not find \
-         `weir`, run {install} (it links `weir` into `~/.cargo/bin`), or call it by that path; \
-         `build.sh` finds it either way.\n"
+         `weir`, run {install} (it links `weir` into `~/.cargo/bin`), or call it by that path.{build}\n"
     )
 }
 
@@ -159,4 +245,77 @@ fn write_script(path: &Path, text: &str) -> std::io::Result<()> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sdk_comes_from_the_registry_a_packed_folder_or_a_source_folder() {
+        assert_eq!(resolve_sdk(Lang::Js, Some("registry")), Ok(Sdk::Registry));
+        let err = resolve_sdk(Lang::C, Some("registry")).unwrap_err();
+        assert!(err.contains("not a package"), "{err}");
+        let packed = tempfile::tempdir().unwrap();
+        std::fs::write(packed.path().join(format!("weir-sdk-{VERSION}.tgz")), b"").unwrap();
+        let dir = std::fs::canonicalize(packed.path()).unwrap();
+        assert_eq!(
+            resolve_sdk(Lang::Js, packed.path().to_str()),
+            Ok(Sdk::Packed(dir))
+        );
+        // The same folder holds no wheel: for Python it is neither kind, and the error says
+        // what was expected.
+        let err = resolve_sdk(Lang::Python, packed.path().to_str()).unwrap_err();
+        assert!(
+            err.contains(&format!("weir_sdk-{VERSION}-py3-none-any.whl"))
+                && err.contains("weir-build-python")
+                && err.contains("registry"),
+            "{err}"
+        );
+        let folder = checkout().join("sdk/python");
+        assert_eq!(
+            resolve_sdk(Lang::Python, folder.to_str()),
+            Ok(Sdk::Folder(std::fs::canonicalize(&folder).unwrap()))
+        );
+    }
+
+    #[test]
+    fn scaffolds_depend_on_this_version_and_say_where_it_comes_from() {
+        let home = tempfile::tempdir().unwrap();
+        let packed = home.path().join("packages");
+        rust::scaffold(&home.path().join("r"), "r", &Sdk::Registry).unwrap();
+        let cargo = std::fs::read_to_string(home.path().join("r/Cargo.toml")).unwrap();
+        assert!(
+            cargo.contains(&format!("weir-sdk = \"{VERSION}\"")) && !cargo.contains("patch"),
+            "{cargo}"
+        );
+        rust::scaffold(&home.path().join("p"), "p", &Sdk::Packed(packed.clone())).unwrap();
+        let cargo = std::fs::read_to_string(home.path().join("p/Cargo.toml")).unwrap();
+        assert!(
+            cargo.contains("[patch.crates-io]")
+                && cargo.contains(&format!("rust/weir-abi-{VERSION}")),
+            "{cargo}"
+        );
+        other::scaffold(Lang::Js, &home.path().join("j"), "j", &Sdk::Registry).unwrap();
+        let package = std::fs::read_to_string(home.path().join("j/package.json")).unwrap();
+        let package: serde_json::Value = serde_json::from_str(&package).unwrap();
+        assert_eq!(package["devDependencies"]["weir-sdk"], VERSION);
+        other::scaffold(
+            Lang::Python,
+            &home.path().join("y"),
+            "y",
+            &Sdk::Packed(packed),
+        )
+        .unwrap();
+        let req = std::fs::read_to_string(home.path().join("y/requirements.txt")).unwrap();
+        assert!(
+            req.starts_with("--find-links ") && req.contains(&format!("weir-sdk=={VERSION}")),
+            "{req}"
+        );
+        let readme = std::fs::read_to_string(home.path().join("y/README.md")).unwrap();
+        assert!(readme.contains("weir-build-python --api"), "{readme}");
+        // The Rust build does not call weir, so its README does not say it finds it.
+        let readme = std::fs::read_to_string(home.path().join("r/README.md")).unwrap();
+        assert!(!readme.contains("build.sh` finds"), "{readme}");
+    }
 }

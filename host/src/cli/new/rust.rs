@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use super::{Sdk, VERSION};
+
 const LIB_RS: &str = r##"//! {{name}}: keeps JSON messages whose `field` equals `equals`, tags them, rejects the rest
 //! of the malformed input. Edit freely: `weir test` shows what each message becomes.
 use weir_sdk::{Config, Message, Outcome};
@@ -76,20 +78,56 @@ cargo test                                   # the stage function, natively
 weir test stage.wasm --input sample.jsonl --config field=status --config equals=paid
 weir run pipeline.yaml
 ```
-{{weir_note}}"#;
 
-pub fn scaffold(root: &Path, name: &str, sdk: &Path) -> std::io::Result<()> {
+The SDK's API reference, with an example for each function: `cargo doc -p weir-sdk --open`
+(the pages of https://docs.rs/weir-sdk/{{version}}).
+{{sdk_note}}{{weir_note}}"#;
+
+pub fn scaffold(root: &Path, name: &str, sdk: &Sdk) -> std::io::Result<()> {
     let krate = name.replace('-', "_");
+    let (dependency, patch, sdk_note) = match sdk {
+        Sdk::Folder(dir) => (
+            format!("weir-sdk = {{ path = {:?} }}", dir.display().to_string()),
+            String::new(),
+            format!(
+                "\nThe SDK is the folder `{}` (`weir new --sdk`); `weir-sdk = \"{VERSION}\"` \
+                 in Cargo.toml takes it from crates.io instead.\n",
+                dir.display()
+            ),
+        ),
+        Sdk::Packed(dir) => {
+            let mut patch = format!(
+                "\n# The SDK packages packed from a Weir checkout (scripts/pack-sdks). Delete this \
+                 section to take\n# weir-sdk {VERSION} from crates.io.\n[patch.crates-io]\n"
+            );
+            for krate in ["weir-sdk", "weir-sdk-macro", "weir-abi"] {
+                let path = dir.join("rust").join(format!("{krate}-{VERSION}"));
+                patch += &format!("{krate} = {{ path = {:?} }}\n", path.display().to_string());
+            }
+            let note = format!(
+                "\n`weir-sdk {VERSION}` comes from the packages packed in `{}`: the \
+                 `[patch.crates-io]` section of Cargo.toml; delete it to use crates.io's.\n",
+                dir.display()
+            );
+            (format!("weir-sdk = \"{VERSION}\""), patch, note)
+        }
+        Sdk::Registry => (
+            format!("weir-sdk = \"{VERSION}\""),
+            String::new(),
+            String::new(),
+        ),
+    };
     let fill = |t: &str| {
         t.replace("{{name}}", name)
             .replace("{{crate}}", &krate)
-            .replace("{{weir_note}}", &super::weir_note())
+            .replace("{{version}}", VERSION)
+            .replace("{{sdk_note}}", &sdk_note)
+            .replace("{{weir_note}}", &super::weir_note(sdk, false))
     };
     let cargo = format!(
         "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [lib]\ncrate-type = [\"cdylib\", \"rlib\"]\n\n[dependencies]\nweir-sdk = {{ path = {:?} }}\n\n\
-         # A project of its own, even when created inside another workspace.\n[workspace]\n",
-        sdk.display().to_string()
+         [lib]\ncrate-type = [\"cdylib\", \"rlib\"]\n\n[dependencies]\n{dependency}\n{patch}\n\
+         # A project of its own, even when created inside another workspace.\n[workspace]\n"
     );
     std::fs::create_dir_all(root.join("src"))?;
     std::fs::write(root.join("Cargo.toml"), cargo)?;
