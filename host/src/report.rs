@@ -65,8 +65,10 @@ pub struct RunReport {
     /// offset to read; everything below it was fully handled. For Kafka, as the broker
     /// confirmed.
     pub committed: std::collections::BTreeMap<String, i64>,
-    /// Partition assignments and revocations.
-    pub rebalances: u64,
+    /// Kafka partition assignments and revocations (absent for a file or stdin source, which
+    /// has one partition from start to end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebalances: Option<u64>,
     /// `delivery: exactly-once`: Kafka transactions committed and aborted (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transactions: Option<TransactionCounts>,
@@ -95,6 +97,38 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The report of a pipeline that did not start: state `failed`, nothing read, `error`
+    /// says why.
+    pub fn not_started(
+        pipeline: &str,
+        took: std::time::Duration,
+        error: String,
+        error_kind: Option<crate::kafka::fatal::FailureKind>,
+    ) -> Self {
+        RunReport {
+            pipeline: pipeline.to_owned(),
+            state: ExitState::Failed,
+            duration_ms: took.as_millis() as u64,
+            read: 0,
+            malformed: 0,
+            written: 0,
+            rejected: 0,
+            committed: Default::default(),
+            rebalances: None,
+            transactions: None,
+            stale_completions: 0,
+            reached_end: false,
+            consuming_ms: 0.0,
+            batches: 0,
+            stages: Vec::new(),
+            reloads: Default::default(),
+            rollouts: Vec::new(),
+            failure: None,
+            error: Some(error),
+            error_kind,
+        }
+    }
+
     /// Writes the report as JSON (creating the folder); a failure is logged, not fatal.
     pub fn write(&self, path: &std::path::Path) {
         let json = serde_json::to_string_pretty(self).expect("report serializes");
@@ -162,11 +196,13 @@ impl RunReport {
             .iter()
             .map(|(p, o)| format!("{p}@{o}"))
             .collect();
-        s.push_str(&format!(
-            "  committed {}  ({} assignments and revocations)\n",
-            c.join(" "),
-            self.rebalances
-        ));
+        match self.rebalances {
+            Some(n) => s.push_str(&format!(
+                "  committed {}  ({n} partition assignments and revocations)\n",
+                c.join(" ")
+            )),
+            None => s.push_str(&format!("  committed {}\n", c.join(" "))),
+        }
         if let Some(t) = &self.transactions {
             s.push_str(&format!(
                 "  transactions {} committed, {} aborted (exactly-once)\n",

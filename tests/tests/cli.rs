@@ -145,6 +145,17 @@ fn init_errors_stop_start_up_naming_the_stage() {
         "{e}"
     );
     assert!(!s.path("out.jsonl").exists(), "nothing ran");
+    // The run report (`runtime.report`) is written all the same, with the error.
+    let report = std::fs::read_to_string(s.path("report.json")).expect("a report");
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["state"], "failed", "{report}");
+    assert_eq!(report["read"], 0, "{report}");
+    assert!(
+        report["error"].as_str().is_some_and(
+            |e| e.contains("stage `filter`") && e.contains("missing config key `field`")
+        ),
+        "{report}"
+    );
 }
 
 #[test]
@@ -219,6 +230,24 @@ fn weir_test_prints_every_outcome() {
     let o = s.run(&["test", plugins::JSON_FILTER, "--input", "in.jsonl"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("missing config key `field`"));
+    // Errors name the stage: `--name`, else the name a pipeline.yaml beside the component
+    // gives it (a `weir new` project), else the file.
+    let o = s.run(&[
+        "test",
+        plugins::JSON_FILTER,
+        "--input",
+        "in.jsonl",
+        "--name",
+        "censor",
+    ]);
+    assert!(stderr(&o).contains("stage `censor`"), "{}", stderr(&o));
+    std::fs::copy(plugins::JSON_FILTER, s.path("stage.wasm")).unwrap();
+    s.write(
+        "pipeline.yaml",
+        &pipeline_yaml(&stage("my-filter", "stage.wasm", &[]), ""),
+    );
+    let o = s.run(&["test", "stage.wasm", "--input", "in.jsonl"]);
+    assert!(stderr(&o).contains("stage `my-filter`"), "{}", stderr(&o));
 }
 
 #[test]
@@ -459,6 +488,11 @@ fn the_quickstart_example_runs_as_documented() {
     let summary = stderr(&o);
     assert!(
         summary.contains("read 8, written 4, rejected 2"),
+        "{summary}"
+    );
+    // A file has no partition assignments: the summary speaks of what it committed only.
+    assert!(
+        summary.contains("committed orders/0@8") && !summary.contains("assignments"),
         "{summary}"
     );
 }

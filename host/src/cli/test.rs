@@ -32,6 +32,11 @@ pub struct TestArgs {
     /// Per-call deadline.
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     timeout: std::time::Duration,
+    /// The stage's name in errors and logs. Default: the name a `pipeline.yaml` beside the
+    /// component gives the stage whose plugin it is (as in a `weir new` project), else the
+    /// component's file name.
+    #[arg(long)]
+    name: Option<String>,
     /// Answer every message even after a `fail` (by default `weir test` stops at the first
     /// `fail`, as `weir run` does). Either way the exit code is 1 when a `fail` was answered.
     #[arg(long)]
@@ -42,6 +47,19 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+/// The name `pipeline.yaml` beside `plugin` gives the stage whose `plugin` is this file.
+fn name_in_pipeline(plugin: &std::path::Path) -> Option<String> {
+    let plugin = std::fs::canonicalize(plugin).ok()?;
+    let dir = plugin.parent()?;
+    let text = std::fs::read_to_string(dir.join("pipeline.yaml")).ok()?;
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+    doc.get("stages")?.as_sequence()?.iter().find_map(|stage| {
+        let path = dir.join(stage.get("plugin")?.as_str()?);
+        let same = std::fs::canonicalize(path).ok()? == plugin;
+        same.then(|| stage.get("name")?.as_str().map(str::to_owned))?
+    })
 }
 
 pub fn test(args: &TestArgs) -> ExitCode {
@@ -67,8 +85,11 @@ pub fn test(args: &TestArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return super::bad_input(e),
     };
-    // Errors name the plugin file: there is no pipeline, so no stage name.
-    let name = super::plugin_name(&args.plugin);
+    let name = args
+        .name
+        .clone()
+        .or_else(|| name_in_pipeline(&args.plugin))
+        .unwrap_or_else(|| super::plugin_name(&args.plugin));
     let plugin = match engine.load_plugin(&name, &args.plugin) {
         Ok(p) => Arc::new(p),
         Err(e) => return super::bad_input(e),

@@ -30,7 +30,7 @@ pub mod watermark;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use self::controller::ControllerOutcome;
 pub use self::driver::{DriverError, TxnSetup, OPENS_AT_ONCE};
@@ -254,8 +254,24 @@ pub fn controller_options(cfg: &PipelineConfig) -> ControllerOptions {
 }
 
 /// Runs the pipeline a YAML describes until its source ends (`stop_at_end`), a signal, or a
-/// failure.
+/// failure. A pipeline that does not start (a stage's `init` refused its config, a plugin is
+/// missing, the cluster refused the credentials…) still writes its report, with the error.
 pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
+    let started = Instant::now();
+    let result = start_and_run(cfg, opts);
+    if let Err(e) = &result {
+        if let Some(path) = opts.report.as_ref().or(cfg.runtime.report.as_ref()) {
+            let kind = match e {
+                StartError::Kafka(f) => Some(f.kind),
+                _ => None,
+            };
+            RunReport::not_started(&cfg.name, started.elapsed(), e.to_string(), kind).write(path);
+        }
+    }
+    result
+}
+
+fn start_and_run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartError> {
     // The cluster first: a wrong password or a missing topic is an error before any stage
     // is loaded or called.
     if crate::kafka::preflight::applies(cfg) {
@@ -404,7 +420,7 @@ pub fn run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, StartEr
         written: outcome.written,
         rejected: outcome.rejected,
         committed: c.committed.clone(),
-        rebalances: c.rebalances,
+        rebalances: matches!(cfg.source, SourceConfig::Kafka(_)).then_some(c.rebalances),
         transactions: (cfg.delivery == Delivery::ExactlyOnce).then(|| TransactionCounts {
             committed: metrics.transactions.with_label_values(&["committed"]).get(),
             aborted: metrics.transactions.with_label_values(&["aborted"]).get(),
