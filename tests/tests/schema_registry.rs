@@ -807,3 +807,154 @@ print(sid)
         assert_eq!(r.header("weir.schema.subject"), Some("in-value"), "{r:?}");
     }
 }
+
+/// A small Avro record for the local path: a long, an enum, a union, a timestamp.
+const PAY: &str = r#"{"type":"record","name":"Pay","namespace":"shop","fields":[
+ {"name":"id","type":"long"},
+ {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
+ {"name":"note","type":["null","string"],"default":null},
+ {"name":"placed","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+/// Registers `schema` (Avro) under `subject` in the registry at `url`; its id.
+fn register(url: &str, subject: &str, schema: &str) -> u32 {
+    let body: serde_json::Value = ureq::post(&format!("{url}/subjects/{subject}/versions"))
+        .send_json(serde_json::json!({ "schema": schema }))
+        .expect("registering the schema")
+        .into_json()
+        .unwrap();
+    body["id"].as_u64().expect("an id") as u32
+}
+
+/// Avro's zigzag varint of a long.
+fn zigzag(n: i64, out: &mut Vec<u8>) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+#[test]
+fn a_jsonl_source_takes_records_beside_their_schema_or_in_wire_format_and_decodes_them_like_a_topic(
+) {
+    use base64::Engine as _;
+    let b = Broker::with_registry(WEIR, &[]);
+    let url = b.registry.clone().unwrap();
+    let id = register(&url, "pay-value", PAY);
+    // The wire format of {id: 3, status: NEW, note: null, placed: 1764896523456}, as a
+    // producer writes it.
+    let mut wire = vec![0];
+    wire.extend_from_slice(&id.to_be_bytes());
+    zigzag(3, &mut wire);
+    zigzag(0, &mut wire); // NEW
+    zigzag(0, &mut wire); // the union's `null` branch
+    zigzag(1_764_896_523_456, &mut wire);
+    let wire = base64::engine::general_purpose::STANDARD.encode(&wire);
+    let s = scratch!();
+    let lines = [
+        serde_json::json!({"key": "a", "value": {"schema_id": id, "avro": {"id": 1, "status": "PAID", "note": "x", "placed": "2025-12-05T01:02:03.456Z"}}}),
+        serde_json::json!({"key": "b", "value": {"subject": "pay-value", "avro": {"id": 2, "status": "PAID", "placed": 1_764_896_523_456_i64}}}),
+        serde_json::json!({"key": "c", "value": {"base64": wire}}),
+        serde_json::json!({"key": "d", "value": {"schema_id": id, "avro": {"id": "one", "status": "PAID", "placed": 0}}}),
+        serde_json::json!({"key": "e", "value": {"schema_id": 999, "avro": {"id": 5}}}),
+        serde_json::json!({"key": "f", "value": {"id": 6}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    s.write("in.jsonl", &text);
+    let yaml = format!(
+        "source:\n  jsonl:\n    path: in.jsonl\n    topic: pay\n    decode: {{ format: avro, registry: {{ url: '{url}' }} }}\nstages:\n{}sink:\n  jsonl:\n    path: out.jsonl\nreject:\n  jsonl:\n    path: rejected.jsonl\n",
+        stage("tag", weir_tests::plugins::JSON_ENRICH, &[("set.checked", "yes")])
+    );
+    s.write("p.yaml", &yaml);
+    let o = s.run(&["run", "p.yaml"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = s.read_jsonl("out.jsonl");
+    let values: Vec<serde_json::Value> = out
+        .iter()
+        .map(|m| serde_json::from_str(m["value"].as_str().expect("JSON text")).unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [
+            serde_json::json!({"id": 1, "status": "PAID", "note": "x", "placed": "2025-12-05T01:02:03.456Z", "checked": "yes"}),
+            serde_json::json!({"id": 2, "status": "PAID", "note": null, "placed": "2025-12-05T01:02:03.456Z", "checked": "yes"}),
+            serde_json::json!({"id": 3, "status": "NEW", "note": null, "placed": "2025-12-05T01:02:03.456Z", "checked": "yes"}),
+        ],
+        "{out:?}"
+    );
+    for m in &out {
+        let headers = m["headers"].to_string();
+        assert!(
+            headers.contains(&format!(r#"["weir.schema.id","{id}"]"#))
+                && headers.contains(r#"["weir.schema.subject","pay-value"]"#),
+            "{m}"
+        );
+    }
+    let rejected = s.read_jsonl("rejected.jsonl");
+    let reasons: Vec<(&str, &str)> = rejected
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap(),
+                r["reject"]["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons.len(), 3, "{rejected:?}");
+    assert!(
+        reasons[0].0 == "d"
+            && reasons[0].1.contains("does not match")
+            && reasons[0].1.contains("$.id: expected a 64-bit integer"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].0 == "e" && reasons[1].1.contains("999"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[2].0 == "f" && reasons[2].1.contains("magic byte"),
+        "{reasons:?}"
+    );
+    assert!(
+        rejected
+            .iter()
+            .all(|r| r["reject"]["stage"] == "weir.decode"),
+        "{rejected:?}"
+    );
+
+    // `weir test --registry` gives the stage the same records and says the same rejects.
+    let o = s.run(&[
+        "test",
+        weir_tests::plugins::JSON_ENRICH,
+        "--input",
+        "in.jsonl",
+        "--config",
+        "set.checked=yes",
+        "--registry",
+        &url,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcomes: Vec<&str> = answers
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["next", "next", "next", "reject", "reject", "reject"],
+        "{answers:?}"
+    );
+    for (answer, want) in answers.iter().zip(&values) {
+        let got: serde_json::Value =
+            serde_json::from_str(answer["messages"][0]["value"].as_str().unwrap()).unwrap();
+        assert_eq!(&got, want);
+    }
+    assert!(
+        answers[3..].iter().all(|a| a["stage"] == "weir.decode"),
+        "{answers:?}"
+    );
+}

@@ -37,6 +37,15 @@ pub struct TestArgs {
     /// component's file name.
     #[arg(long)]
     name: Option<String>,
+    /// A schema registry (`http://host:8081`): values in its wire format (`{"base64": …}`) or
+    /// written as JSON beside their schema (`{"schema_id": 7, "avro": {…}}`) are decoded to
+    /// JSON text before the stage, as `source.*.decode` does in a pipeline.
+    #[arg(long)]
+    registry: Option<String>,
+    /// With `--registry`: `auto` (the schema's type as registered), `avro`, `protobuf` or
+    /// `json-schema`.
+    #[arg(long, default_value = "auto", requires = "registry")]
+    decode: String,
     /// Answer every message even after a `fail` (by default `weir test` stops at the first
     /// `fail`, as `weir run` does). Either way the exit code is 1 when a `fail` was answered.
     #[arg(long)]
@@ -47,6 +56,30 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+/// The decoder `--registry` and `--decode` ask for.
+fn local_decoder(url: &str, format: &str) -> Result<crate::schema::Decoder, String> {
+    let cfg: crate::config::schema::Decode =
+        serde_json::from_value(json!({"format": format, "registry": {"url": url}}))
+            .map_err(|e| format!("--decode {format}: {e}"))?;
+    Ok(crate::schema::Decoder::new(&cfg, false, None)?.for_local_source())
+}
+
+/// Decodes a message's value as the chain would, with the schema headers.
+fn decode_value(
+    d: &crate::schema::Decoder,
+    m: &mut crate::message::Message,
+) -> Result<(), crate::schema::CodecReject> {
+    let Some(value) = &m.value else {
+        return Ok(());
+    };
+    let (json, schema) = d.decode(value)?;
+    m.value = Some(json);
+    m.headers.retain(|h| !h.key.starts_with("weir.schema."));
+    m.headers
+        .extend(crate::schema::codec::schema_headers(&schema));
+    Ok(())
 }
 
 /// The name `pipeline.yaml` beside `plugin` gives the stage whose `plugin` is this file.
@@ -79,6 +112,20 @@ pub fn test(args: &TestArgs) -> ExitCode {
                 msg,
             }),
             Err(e) => return super::bad_input(format!("{}:{}: {e}", args.input.display(), i + 1)),
+        }
+    }
+    let decoder = match args
+        .registry
+        .as_deref()
+        .map(|url| local_decoder(url, &args.decode))
+    {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => return super::bad_input(format!("--registry: {e}")),
+    };
+    if let Some(d) = &decoder {
+        if let Err(e) = d.fetch(msgs.iter().map(|e| &e.msg)) {
+            return super::bad_input(format!("--registry: {e}"));
         }
     }
     let engine = match WeirEngine::new(args.memory.bytes(), crate::engine::default_cache_dir()) {
@@ -120,7 +167,15 @@ pub fn test(args: &TestArgs) -> ExitCode {
     };
     // One message per call, so every outcome (traps included) is attributed exactly.
     let mut failed = None;
-    for env in &msgs {
+    for env in &mut msgs {
+        if let Some(d) = &decoder {
+            if let Err(r) = decode_value(d, &mut env.msg) {
+                let line = json!({"offset": env.offset, "outcome": "reject", "stage": crate::chain::DECODE_STAGE, "reason": r.text});
+                println!("{line}");
+                continue;
+            }
+        }
+        let env = &*env;
         let mut out = Vec::new();
         let traps_before = inst.stats.traps + inst.stats.oversized;
         if let Err(e) = inst.process(&lane, std::slice::from_ref(env), &mut out) {

@@ -527,10 +527,13 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
     if let Some(r) = &mut cfg.runtime.report {
         fix(r);
     }
-    if let SourceConfig::Kafka(k) = &mut cfg.source {
-        for d in [&mut k.decode, &mut k.decode_key].into_iter().flatten() {
-            d.registry.resolve_paths(base);
-        }
+    let (decode, decode_key) = match &mut cfg.source {
+        SourceConfig::Kafka(k) => (&mut k.decode, &mut k.decode_key),
+        SourceConfig::Jsonl(j) => (&mut j.decode, &mut j.decode_key),
+        SourceConfig::Stdin(i) => (&mut i.decode, &mut i.decode_key),
+    };
+    for d in [decode, decode_key].into_iter().flatten() {
+        d.registry.resolve_paths(base);
     }
     if let SinkConfig::Kafka(k) = &mut cfg.sink {
         if let Some(e) = &mut k.encode {

@@ -102,6 +102,14 @@ pub struct JsonlSource {
     /// Topic name stages see as the source topic. Default: the file name without extension.
     #[serde(default)]
     pub topic: Option<String>,
+    /// Values in the schema registry's wire format (`{"base64": …}`), or written as JSON
+    /// beside their schema (`{"schema_id": 7, "avro": {…}}`), are decoded to JSON text
+    /// before the first stage, as on a Kafka topic (docs/schema-registry.md).
+    #[serde(default)]
+    pub decode: Option<Box<schema::Decode>>,
+    /// The same for keys.
+    #[serde(default)]
+    pub decode_key: Option<Box<schema::Decode>>,
 }
 
 /// Standard input as a source.
@@ -111,6 +119,12 @@ pub struct StdinSource {
     /// Topic name stages see as the source topic. Default: `stdin`.
     #[serde(default)]
     pub topic: Option<String>,
+    /// As `source.jsonl.decode`.
+    #[serde(default)]
+    pub decode: Option<Box<schema::Decode>>,
+    /// As `source.jsonl.decode_key`.
+    #[serde(default)]
+    pub decode_key: Option<Box<schema::Decode>>,
 }
 
 /// Where messages go: a map with exactly one key naming the kind.

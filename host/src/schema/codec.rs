@@ -63,6 +63,8 @@ pub struct Decoder {
     key: bool,
     /// Ids the registry said it does not have, so a run of bad records asks once.
     unknown: Mutex<HashMap<u32, String>>,
+    /// A local source: records may be JSON beside their schema (`schema::local`).
+    local: bool,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -74,8 +76,17 @@ impl Decoder {
             registry: Registry::new(&cfg.registry, metrics.clone())?,
             key,
             unknown: Mutex::default(),
+            local: false,
             metrics,
         })
+    }
+
+    /// The decoder of a local source (a JSONL file, stdin): it also takes records written as
+    /// JSON beside their schema (`{"schema_id": 7, "avro": {…}}`, see `schema::local`) and
+    /// encodes them first, as a producer would.
+    pub fn for_local_source(mut self) -> Self {
+        self.local = true;
+        self
     }
 
     fn side<'a>(&self, m: &'a Message) -> Option<&'a [u8]> {
@@ -92,6 +103,19 @@ impl Decoder {
     pub fn fetch<'a>(&self, messages: impl Iterator<Item = &'a Message>) -> Result<(), String> {
         let mut last = None;
         for m in messages {
+            if self.local {
+                let local = self.side(m).and_then(super::local::parse);
+                if let Some(Ok(r)) = local {
+                    // Looked up now, so that decoding finds it cached; a schema the registry
+                    // does not have is said when the record is decoded.
+                    if let Err(LookupError::Unavailable(why)) =
+                        super::local::lookup(&self.registry, &r)
+                    {
+                        return Err(why);
+                    }
+                    continue;
+                }
+            }
             let Some(id) = self.side(m).and_then(|b| schema_id(b).ok()) else {
                 continue;
             };
@@ -128,6 +152,28 @@ impl Decoder {
 
     fn decode_bytes(&self, bytes: &[u8]) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
         let side = if self.key { "key" } else { "value" };
+        if self.local {
+            if let Some(local) = super::local::parse(bytes) {
+                let r = local.map_err(|e| CodecReject {
+                    reason: "does_not_fit",
+                    text: format!("{side}: {e}"),
+                })?;
+                let schema = super::local::lookup(&self.registry, &r).map_err(|e| CodecReject {
+                    reason: "unknown_schema",
+                    text: format!("{side}: {e}"),
+                })?;
+                let encoded = super::local::encode(&schema, &r, side)?;
+                return self.decode_wire(side, &encoded);
+            }
+        }
+        self.decode_wire(side, bytes)
+    }
+
+    fn decode_wire(
+        &self,
+        side: &str,
+        bytes: &[u8],
+    ) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
         let id = schema_id(bytes).map_err(|e| CodecReject {
             text: format!("{side}: {}", e.text),
             ..e
@@ -178,6 +224,49 @@ impl Decoder {
         })?;
         Ok((out, schema))
     }
+}
+
+/// Writes `value` (JSON text) in the wire format of `schema` into `out`: the header, then the
+/// record (Protobuf: as `proto`, the message and its indexes). `Err`: why it does not fit.
+pub(super) fn wire(
+    schema: &Registered,
+    proto: Option<&(prost_reflect::MessageDescriptor, Vec<i32>)>,
+    value: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    out.push(MAGIC);
+    out.extend_from_slice(&schema.id.to_be_bytes());
+    match (&schema.compiled, proto) {
+        (Ok(Compiled::Avro(avro)), _) => avro.from_json(value, out).map_err(|e| e.to_string()),
+        (Ok(Compiled::Protobuf(_)), Some((desc, indexes))) => {
+            ProtoSchema::from_json(desc, indexes, value, out)
+        }
+        (Ok(Compiled::Protobuf(_)), None) => Err("no Protobuf message to encode as".into()),
+        (Ok(Compiled::Json(json)), _) => {
+            json.validate(value).map(|()| out.extend_from_slice(value))
+        }
+        (Err(why), _) => Err(why.clone()),
+    }
+}
+
+/// The headers a decoded value carries: its schema's id, and the subject and version it is
+/// registered under when the registry says.
+pub fn schema_headers(schema: &Registered) -> Vec<Header> {
+    let mut headers = vec![Header {
+        key: HEADER_ID.into(),
+        value: Some(schema.id.to_string().into_bytes()),
+    }];
+    if let Some((subject, version)) = &schema.subject {
+        headers.push(Header {
+            key: HEADER_SUBJECT.into(),
+            value: Some(subject.clone().into_bytes()),
+        });
+        headers.push(Header {
+            key: HEADER_VERSION.into(),
+            value: Some(version.to_string().into_bytes()),
+        });
+    }
+    headers
 }
 
 /// The schema kind a format names (`auto`: any).
@@ -411,21 +500,7 @@ impl Encoder {
         })?;
         let schema = &target.schema;
         let mut out = Vec::with_capacity(value.len() + 8);
-        out.push(MAGIC);
-        out.extend_from_slice(&schema.id.to_be_bytes());
-        let fit = match (&schema.compiled, &target.proto) {
-            (Ok(Compiled::Avro(avro)), _) => {
-                avro.from_json(value, &mut out).map_err(|e| e.to_string())
-            }
-            (Ok(Compiled::Protobuf(_)), Ok((desc, indexes))) => {
-                ProtoSchema::from_json(desc, indexes, value, &mut out)
-            }
-            (Ok(Compiled::Json(json)), _) => {
-                json.validate(value).map(|()| out.extend_from_slice(value))
-            }
-            _ => unreachable!("usable() checked the schema"),
-        };
-        if let Err(e) = fit {
+        if let Err(e) = wire(schema, target.proto.as_ref().ok(), value, &mut out) {
             return Err(Ok(self.failed(CodecReject {
                 reason: "does_not_fit",
                 text: format!(
@@ -479,21 +554,24 @@ impl Codecs {
     ) -> Result<Option<Arc<Self>>, String> {
         use crate::config::{SinkConfig, SourceConfig};
         let mut c = Codecs::default();
-        if let SourceConfig::Kafka(k) = &cfg.source {
-            let decoder = |d: &Decode, key: bool, field: &str| {
-                Decoder::new(d, key, Some(metrics.clone())).map_err(|e| format!("{field}: {e}"))
-            };
-            c.value = k
-                .decode
-                .as_ref()
-                .map(|d| decoder(d, false, "source.kafka.decode"))
-                .transpose()?;
-            c.key = k
-                .decode_key
-                .as_ref()
-                .map(|d| decoder(d, true, "source.kafka.decode_key"))
-                .transpose()?;
-        }
+        let (decode, decode_key, at, local) = match &cfg.source {
+            SourceConfig::Kafka(k) => (&k.decode, &k.decode_key, "source.kafka", false),
+            SourceConfig::Jsonl(j) => (&j.decode, &j.decode_key, "source.jsonl", true),
+            SourceConfig::Stdin(i) => (&i.decode, &i.decode_key, "source.stdin", true),
+        };
+        let decoder = |d: &Decode, key: bool, field: &str| {
+            let d = Decoder::new(d, key, Some(metrics.clone()))
+                .map_err(|e| format!("{at}.{field}: {e}"))?;
+            Ok::<_, String>(if local { d.for_local_source() } else { d })
+        };
+        c.value = decode
+            .as_deref()
+            .map(|d| decoder(d, false, "decode"))
+            .transpose()?;
+        c.key = decode_key
+            .as_deref()
+            .map(|d| decoder(d, true, "decode_key"))
+            .transpose()?;
         if let SinkConfig::Kafka(k) = &cfg.sink {
             if let Some(e) = &k.encode {
                 let enc = Encoder::new(e, &k.topic, Some(metrics.clone()))
@@ -538,20 +616,7 @@ impl Codecs {
         if let Some((json, schema)) = value {
             m.value = Some(json);
             m.headers.retain(|h| !h.key.starts_with("weir.schema."));
-            m.headers.push(Header {
-                key: HEADER_ID.into(),
-                value: Some(schema.id.to_string().into_bytes()),
-            });
-            if let Some((subject, version)) = &schema.subject {
-                m.headers.push(Header {
-                    key: HEADER_SUBJECT.into(),
-                    value: Some(subject.clone().into_bytes()),
-                });
-                m.headers.push(Header {
-                    key: HEADER_VERSION.into(),
-                    value: Some(version.to_string().into_bytes()),
-                });
-            }
+            m.headers.extend(schema_headers(&schema));
         }
         Ok(())
     }

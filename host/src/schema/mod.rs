@@ -8,6 +8,7 @@
 //! * [`json_schema`] — JSON Schema validation of records and outputs,
 //! * [`json`] — a JSON value that borrows its text (what the Avro encoder reads),
 //! * [`codec`] — the decoder and encoder the chain runs, and what they reject,
+//! * [`local`] — records of a JSONL source written as JSON beside their schema,
 //! * [`devserver`] — a small registry for development (`weir broker --schema-registry`).
 
 pub mod avro;
@@ -15,6 +16,7 @@ pub mod codec;
 pub mod devserver;
 pub mod json;
 pub mod json_schema;
+pub mod local;
 pub mod protobuf;
 pub mod registry;
 
