@@ -290,8 +290,12 @@ impl Chain {
         if let Some(f) = &out.failure {
             rejected.retain(|r| r.env.offset < f.offset);
         }
-        if let Some(enc) = &codecs.encode {
-            encode_outputs(enc, &mut out);
+        let encoders: Vec<_> = [&codecs.encode_key, &codecs.encode]
+            .into_iter()
+            .flatten()
+            .collect();
+        if !encoders.is_empty() {
+            encode_outputs(&encoders, &mut out);
         }
         out.rejects.append(&mut rejected);
         Ok(out)
@@ -567,45 +571,67 @@ fn decode_batch(codecs: &Codecs, batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Re
     (kept, rejected)
 }
 
-/// Encodes each output; one that does not fit goes to the rejects as the stages left it.
-/// While the registry cannot be reached for an output's subject, the lane holds here and
-/// asks again with backoff (nothing is rejected for it).
-fn encode_outputs(enc: &crate::schema::Encoder, out: &mut ChainOutput) {
+/// Encodes each output's key and value (each side its encoder has); one whose key or value
+/// does not fit goes to the rejects as the stages left it (nothing half-encoded). While the
+/// registry cannot be reached for an output's subject, the lane holds here and asks again with
+/// backoff (nothing is rejected for it).
+fn encode_outputs(encoders: &[&crate::schema::Encoder], out: &mut ChainOutput) {
     let mut kept = Vec::with_capacity(out.outputs.len());
-    for mut e in out.outputs.drain(..) {
-        let mut wait = Duration::from_millis(100);
-        let mut held = false;
-        let encoded = loop {
-            match enc.encode(&e.msg) {
-                Err(Err(why)) => {
-                    if !held {
-                        held = true;
-                        enc.held(true);
-                        tracing::warn!("{why}: the schema registry cannot be reached; holding until it answers");
-                    }
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(Duration::from_secs(5));
+    'outputs: for mut e in out.outputs.drain(..) {
+        let mut encoded = Vec::with_capacity(encoders.len());
+        for enc in encoders {
+            match encode_held(enc, &e.msg) {
+                Ok(bytes) => encoded.push((enc.encodes_keys(), bytes)),
+                Err(r) => {
+                    out.rejects.push(Rejected {
+                        env: e,
+                        stage: ENCODE_STAGE.into(),
+                        plugin: "host".into(),
+                        reason: r.text,
+                    });
+                    continue 'outputs;
                 }
-                other => break other,
             }
-        };
-        if held {
-            enc.held(false);
         }
-        match encoded {
-            Ok(value) => {
-                e.msg.value = value;
-                e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
-                kept.push(e);
+        for (key, bytes) in encoded {
+            if key {
+                e.msg.key = bytes;
+            } else {
+                e.msg.value = bytes;
             }
-            Err(Ok(r)) => out.rejects.push(Rejected {
-                env: e,
-                stage: ENCODE_STAGE.into(),
-                plugin: "host".into(),
-                reason: r.text,
-            }),
-            Err(Err(_)) => unreachable!("held above until the registry answers"),
         }
+        e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
+        kept.push(e);
     }
     out.outputs = kept;
+}
+
+/// One side of one output encoded, holding (with backoff) while the registry is unreachable.
+fn encode_held(
+    enc: &crate::schema::Encoder,
+    msg: &crate::message::Message,
+) -> Result<Option<Vec<u8>>, crate::schema::CodecReject> {
+    let mut wait = Duration::from_millis(100);
+    let mut held = false;
+    let encoded = loop {
+        match enc.encode(msg) {
+            Err(Err(why)) => {
+                if !held {
+                    held = true;
+                    enc.held(true);
+                    tracing::warn!(
+                        "{why}: the schema registry cannot be reached; holding until it answers"
+                    );
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Ok(bytes) => break Ok(bytes),
+            Err(Ok(r)) => break Err(r),
+        }
+    };
+    if held {
+        enc.held(false);
+    }
+    encoded
 }

@@ -958,3 +958,91 @@ fn a_jsonl_source_takes_records_beside_their_schema_or_in_wire_format_and_decode
         "{answers:?}"
     );
 }
+
+/// The id the registry holds for `subject`'s latest version.
+fn latest_id(url: &str, subject: &str) -> u32 {
+    let body: serde_json::Value = ureq::get(&format!("{url}/subjects/{subject}/versions/latest"))
+        .call()
+        .expect("the subject's latest version")
+        .into_json()
+        .unwrap();
+    body["id"].as_u64().expect("an id") as u32
+}
+
+#[test]
+fn outputs_keys_and_values_are_encoded_each_with_its_subject_and_never_half() {
+    let b = Broker::with_registry(WEIR, &[("out", 1)]);
+    let url = b.registry.clone().unwrap();
+    let s = scratch!();
+    s.write(
+        "key.avsc",
+        r#"{"type":"record","name":"K","fields":[{"name":"id","type":"long"}]}"#,
+    );
+    s.write(
+        "value.avsc",
+        r#"{"type":"record","name":"V","fields":[{"name":"n","type":"long"}]}"#,
+    );
+    let lines = [
+        serde_json::json!({"key": {"id": 7}, "value": {"n": 1}}),
+        serde_json::json!({"key": {"id": "x"}, "value": {"n": 2}}),
+        serde_json::json!({"key": {"id": 8}, "value": {"n": "y"}}),
+        serde_json::json!({"value": {"n": 3}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    s.write("in.jsonl", &text);
+    let enc = |schema: &str| {
+        format!("{{ format: avro, registry: {{ url: '{url}' }}, schema: {schema}, auto_register: true }}")
+    };
+    let yaml = format!(
+        "source:\n  jsonl: {{ path: in.jsonl }}\nstages:\n{}sink:\n  kafka:\n    brokers: {}\n    topic: out\n    encode: {}\n    encode_key: {}\nreject:\n  jsonl: {{ path: rejected.jsonl }}\n",
+        stage("pass", PASSTHROUGH, &[]),
+        b.bootstrap,
+        enc("value.avsc"),
+        enc("key.avsc")
+    );
+    s.write("p.yaml", &yaml);
+    let o = s.run(&["run", "p.yaml"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (kid, vid) = (latest_id(&url, "out-key"), latest_id(&url, "out-value"));
+    assert_ne!(kid, vid, "two subjects, two schemas");
+    let wire = |id: u32, zigzag: u8| {
+        let mut w = vec![0];
+        w.extend_from_slice(&id.to_be_bytes());
+        w.push(zigzag);
+        String::from_utf8(w).unwrap()
+    };
+    let records = b.read("out");
+    let got: Vec<(String, String)> = records
+        .iter()
+        .map(|r| (r.key.clone(), r.value.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [(wire(kid, 14), wire(vid, 2)), (String::new(), wire(vid, 6))],
+        "key {{id: 7}} and value {{n: 1}}; no key and value {{n: 3}}"
+    );
+    // A key or a value that does not fit: rejected as the stage left it, nothing encoded.
+    let rejected = s.read_jsonl("rejected.jsonl");
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    assert_eq!(rejected[0]["key"], r#"{"id":"x"}"#, "{rejected:?}");
+    assert!(
+        rejected[0]["reject"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("out-key")
+            && rejected[0]["reject"]["stage"] == "weir.encode",
+        "{rejected:?}"
+    );
+    assert_eq!(
+        rejected[1]["key"], r#"{"id":8}"#,
+        "the key stays as it was: {rejected:?}"
+    );
+    assert_eq!(rejected[1]["value"], r#"{"n":"y"}"#, "{rejected:?}");
+    assert!(
+        rejected[1]["reject"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("out-value"),
+        "{rejected:?}"
+    );
+}

@@ -199,6 +199,10 @@ pub struct KafkaSink {
     /// (docs/schema-registry.md).
     #[serde(default)]
     pub encode: Option<Box<super::schema::Encode>>,
+    /// The same for outputs' keys (subject `<topic>-key` with `subject: topic-name`). An
+    /// output whose key or value does not fit goes to the reject path as the stages left it.
+    #[serde(default)]
+    pub encode_key: Option<Box<super::schema::Encode>>,
 }
 
 /// A YAML scalar as the text librdkafka takes.

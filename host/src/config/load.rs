@@ -536,7 +536,7 @@ fn resolve_paths(cfg: &mut PipelineConfig, base: &Path) {
         d.registry.resolve_paths(base);
     }
     if let SinkConfig::Kafka(k) = &mut cfg.sink {
-        if let Some(e) = &mut k.encode {
+        for e in [&mut k.encode, &mut k.encode_key].into_iter().flatten() {
             e.registry.resolve_paths(base);
             if let Some(s) = &mut e.schema {
                 fix(s);

@@ -286,9 +286,11 @@ struct Target {
     proto: Result<(prost_reflect::MessageDescriptor, Vec<i32>), String>,
 }
 
-/// Encodes outputs' values with the subject's schema.
+/// Encodes outputs' values (or keys) with the subject's schema.
 pub struct Encoder {
     registry: Arc<Registry>,
+    /// It encodes keys (`sink.kafka.encode_key`): subjects `<topic>-key`.
+    key: bool,
     kind: SchemaKind,
     subject: SubjectStrategy,
     /// The schema file's text (else the subject's latest version is used).
@@ -310,8 +312,18 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// An encoder from the YAML block for a sink whose default topic is `topic`.
+    /// An encoder of values from the YAML block for a sink whose default topic is `topic`.
     pub fn new(cfg: &Encode, topic: &str, metrics: Option<Arc<Metrics>>) -> Result<Self, String> {
+        Self::for_side(cfg, topic, false, metrics)
+    }
+
+    /// An encoder of keys (`key`) or values.
+    pub fn for_side(
+        cfg: &Encode,
+        topic: &str,
+        key: bool,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Result<Self, String> {
         let kind = kind_of(cfg.format)
             .ok_or("`format: auto` decodes only; give `avro`, `protobuf` or `json-schema`")?;
         if cfg.message.is_some() && kind != SchemaKind::Protobuf {
@@ -357,6 +369,7 @@ impl Encoder {
         }
         Ok(Encoder {
             registry: Registry::new(&cfg.registry, metrics.clone())?,
+            key,
             kind,
             subject: cfg.subject.clone(),
             schema,
@@ -373,6 +386,7 @@ impl Encoder {
     /// The subject an output to `topic` is encoded under.
     pub fn subject(&self, topic: &str) -> String {
         match &self.subject {
+            SubjectStrategy::TopicName if self.key => format!("{topic}-key"),
             SubjectStrategy::TopicName => format!("{topic}-value"),
             SubjectStrategy::RecordName => self.record.clone(),
             SubjectStrategy::TopicRecordName => format!("{topic}-{}", self.record),
@@ -460,7 +474,8 @@ impl Encoder {
     /// `Err(Ok(reject))`: it does not fit; `Err(Err(why))`: the registry cannot be reached
     /// for its subject (try again).
     pub fn encode(&self, m: &Message) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
-        let Some(value) = &m.value else {
+        let side = if self.key { &m.key } else { &m.value };
+        let Some(value) = side else {
             return Ok(None);
         };
         let topic = m.topic.as_deref().unwrap_or(&self.default_topic);
@@ -513,6 +528,11 @@ impl Encoder {
         Ok(Some(out))
     }
 
+    /// Whether it encodes keys.
+    pub fn encodes_keys(&self) -> bool {
+        self.key
+    }
+
     /// A lane starts (`true`) or stops holding for the registry (the held-lanes gauge).
     pub fn held(&self, on: bool) {
         if let Some(m) = &self.metrics {
@@ -543,6 +563,8 @@ pub struct Codecs {
     pub key: Option<Decoder>,
     /// Outputs' values.
     pub encode: Option<Encoder>,
+    /// Outputs' keys.
+    pub encode_key: Option<Encoder>,
 }
 
 impl Codecs {
@@ -573,19 +595,33 @@ impl Codecs {
             .map(|d| decoder(d, true, "decode_key"))
             .transpose()?;
         if let SinkConfig::Kafka(k) = &cfg.sink {
-            if let Some(e) = &k.encode {
-                let enc = Encoder::new(e, &k.topic, Some(metrics.clone()))
-                    .map_err(|e| format!("sink.kafka.encode: {e}"))?;
-                enc.check().map_err(|e| format!("sink.kafka.encode: {e}"))?;
-                c.encode = Some(enc);
-            }
+            let encoder = |e: &Encode, key: bool, field: &str| {
+                let enc = Encoder::for_side(e, &k.topic, key, Some(metrics.clone()))
+                    .map_err(|e| format!("sink.kafka.{field}: {e}"))?;
+                enc.check()
+                    .map_err(|e| format!("sink.kafka.{field}: {e}"))?;
+                Ok::<_, String>(enc)
+            };
+            c.encode = k
+                .encode
+                .as_deref()
+                .map(|e| encoder(e, false, "encode"))
+                .transpose()?;
+            c.encode_key = k
+                .encode_key
+                .as_deref()
+                .map(|e| encoder(e, true, "encode_key"))
+                .transpose()?;
         }
         Ok((!c.is_empty()).then(|| Arc::new(c)))
     }
 
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.value.is_none() && self.key.is_none() && self.encode.is_none()
+        self.value.is_none()
+            && self.key.is_none()
+            && self.encode.is_none()
+            && self.encode_key.is_none()
     }
 
     /// Fetches the schemas `messages` need (see [`Decoder::fetch`]).
