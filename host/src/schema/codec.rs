@@ -295,6 +295,8 @@ pub struct Encoder {
     subject: SubjectStrategy,
     /// The schema file's text (else the subject's latest version is used).
     schema: Option<String>,
+    /// The local `.proto` files it imports (registered before it, as references).
+    imports: Vec<super::protobuf::LocalImport>,
     /// Its full name (for the record-name strategies): Avro's record name, the Protobuf
     /// message's full name, a JSON Schema's `title`.
     record: String,
@@ -329,7 +331,7 @@ impl Encoder {
         if cfg.message.is_some() && kind != SchemaKind::Protobuf {
             return Err("`message` is for `format: protobuf`".into());
         }
-        let (schema, record) = match &cfg.schema {
+        let (schema, record, imports) = match &cfg.schema {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| format!("schema {}: cannot read: {e}", p.display()))?;
@@ -337,7 +339,20 @@ impl Encoder {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                let parsed = Compiled::parse(kind, &name, &text, &[])
+                let imports = match kind {
+                    SchemaKind::Protobuf => super::protobuf::local_imports(
+                        p.parent().unwrap_or(std::path::Path::new(".")),
+                        &name,
+                        &text,
+                    )
+                    .map_err(|e| format!("schema {}: {e}", p.display()))?,
+                    _ => Vec::new(),
+                };
+                let refs: Vec<(String, String)> = imports
+                    .iter()
+                    .map(|i| (i.name.clone(), i.text.clone()))
+                    .collect();
+                let parsed = Compiled::parse(kind, &name, &text, &refs)
                     .map_err(|e| format!("schema {}: {e}", p.display()))?;
                 let record = match &parsed {
                     Compiled::Avro(a) => a.name().unwrap_or_default().to_owned(),
@@ -355,9 +370,9 @@ impl Encoder {
                         .and_then(|v| v["title"].as_str().map(str::to_owned))
                         .unwrap_or_default(),
                 };
-                (Some(text), record)
+                (Some(text), record, imports)
             }
-            None => (None, String::new()),
+            None => (None, String::new(), Vec::new()),
         };
         if record.is_empty()
             && matches!(
@@ -373,6 +388,7 @@ impl Encoder {
             kind,
             subject: cfg.subject.clone(),
             schema,
+            imports,
             record,
             message: cfg.message.clone(),
             auto_register: cfg.auto_register,
@@ -403,9 +419,13 @@ impl Encoder {
                 if let Some(r) = self.resolved.lock().expect("encoder cache").get(&subject) {
                     return Ok(r.clone());
                 }
-                let r = self
-                    .registry
-                    .id_of(&subject, self.kind, text, self.auto_register)?;
+                let r = self.registry.id_of(
+                    &subject,
+                    self.kind,
+                    text,
+                    &self.imports,
+                    self.auto_register,
+                )?;
                 self.resolved
                     .lock()
                     .expect("encoder cache")
@@ -655,5 +675,78 @@ impl Codecs {
             m.headers.extend(schema_headers(&schema));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::devserver::DevRegistry;
+
+    #[test]
+    fn a_local_proto_with_local_imports_registers_them_as_references_and_round_trips() {
+        let dev = DevRegistry::start("127.0.0.1:0").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("common")).unwrap();
+        std::fs::write(
+            dir.path().join("common/money.proto"),
+            "syntax = \"proto3\";\npackage shop;\nmessage Money { int64 cents = 1; string currency = 2; }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("line.proto"),
+            "syntax = \"proto3\";\npackage shop;\nimport \"common/money.proto\";\nmessage Line { string sku = 1; Money price = 2; }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("order.proto"),
+            "syntax = \"proto3\";\npackage shop;\nimport \"line.proto\";\nimport \"common/money.proto\";\nimport \"google/protobuf/timestamp.proto\";\nmessage Order { string id = 1; repeated Line lines = 2; Money total = 3; google.protobuf.Timestamp at = 4; }\n",
+        )
+        .unwrap();
+        let yaml = format!(
+            "{{ format: protobuf, registry: {{ url: '{}' }}, schema: '{}', auto_register: true }}",
+            dev.url(),
+            dir.path().join("order.proto").display()
+        );
+        let cfg: Encode = serde_yaml::from_str(&yaml).unwrap();
+        let enc = Encoder::new(&cfg, "orders", None).unwrap();
+        enc.check().unwrap();
+        // Each import is a subject of its own (its import path), the deepest first.
+        let registry = Registry::new(
+            &serde_yaml::from_str(&format!("{{ url: '{}' }}", dev.url())).unwrap(),
+            None,
+        )
+        .unwrap();
+        let money = registry.latest("common/money.proto").unwrap();
+        let line = registry.latest("line.proto").unwrap();
+        let order = registry.latest("orders-value").unwrap();
+        assert!(
+            money.id < line.id && line.id < order.id,
+            "{money:?} {line:?} {order:?}"
+        );
+        let json = br#"{"id":"o-1","lines":[{"sku":"a","price":{"cents":"250","currency":"EUR"}}],"total":{"cents":"250","currency":"EUR"},"at":"2026-12-05T01:02:03Z"}"#;
+        let msg = Message {
+            value: Some(json.to_vec()),
+            ..Message::default()
+        };
+        let wire = enc.encode(&msg).unwrap().unwrap();
+        assert_eq!(u32::from_be_bytes(wire[1..5].try_into().unwrap()), order.id);
+        // Decoded by id (the references fetched from the registry), the same record.
+        let dec: Decode =
+            serde_yaml::from_str(&format!("{{ registry: {{ url: '{}' }} }}", dev.url())).unwrap();
+        let d = Decoder::new(&dec, false, None).unwrap();
+        let m = Message {
+            value: Some(wire),
+            ..Message::default()
+        };
+        d.fetch(std::iter::once(&m)).unwrap();
+        let (back, _) = d.decode(m.value.as_deref().unwrap()).unwrap();
+        let back: serde_json::Value = serde_json::from_slice(&back).unwrap();
+        let want: serde_json::Value = serde_json::from_slice(json).unwrap();
+        assert_eq!(back, want);
+        // A missing import says which file it looked for.
+        std::fs::remove_file(dir.path().join("line.proto")).unwrap();
+        let err = Encoder::new(&cfg, "orders", None).err().unwrap();
+        assert!(err.contains("import \"line.proto\""), "{err}");
     }
 }

@@ -355,20 +355,34 @@ mod tests {
         let dev = DevRegistry::start("127.0.0.1:0").unwrap();
         let r = client(dev.url());
         let v1 = r#"{"type":"record","name":"T","fields":[{"name":"a","type":"int"}]}"#;
-        let missing = r.id_of("t-value", SchemaKind::Avro, v1, false).unwrap_err();
+        let missing = r
+            .id_of("t-value", SchemaKind::Avro, v1, &[], false)
+            .unwrap_err();
         assert!(matches!(missing, LookupError::NotFound(_)), "{missing:?}");
-        let s = r.id_of("t-value", SchemaKind::Avro, v1, true).unwrap();
+        let s = r.id_of("t-value", SchemaKind::Avro, v1, &[], true).unwrap();
         assert_eq!(s.id, 1);
         assert_eq!(s.subject, Some(("t-value".into(), 1)));
         // The same schema in other whitespace is the same id.
         let again = r
-            .id_of("t-value", SchemaKind::Avro, &v1.replace(',', ", "), false)
+            .id_of(
+                "t-value",
+                SchemaKind::Avro,
+                &v1.replace(',', ", "),
+                &[],
+                false,
+            )
             .unwrap();
         assert_eq!(again.id, 1);
         assert_eq!(r.latest("t-value").unwrap().id, 1);
         assert!(matches!(r.by_id(9), Err(LookupError::NotFound(_))));
         assert!(matches!(
-            r.id_of("t-value", SchemaKind::Avro, "{\"type\":\"nope\"}", true),
+            r.id_of(
+                "t-value",
+                SchemaKind::Avro,
+                "{\"type\":\"nope\"}",
+                &[],
+                true
+            ),
             Err(LookupError::Refused(_))
         ));
         // Down: by id from the cache, the latest from its (fresh) cache, the rest unavailable.

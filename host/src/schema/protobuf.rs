@@ -49,6 +49,69 @@ fn file(name: &str, text: &str) -> Result<File, String> {
     File::from_source(name, text).map_err(|e| e.to_string())
 }
 
+/// A `.proto` file a local schema imports (not one of Google's well-known types): its
+/// import name, its text, and the local files it imports itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalImport {
+    /// The name it is imported by (`common/money.proto`): also its subject when registered.
+    pub name: String,
+    /// Its `.proto` text.
+    pub text: String,
+    /// The local files it imports.
+    pub imports: Vec<String>,
+}
+
+/// What `text` imports, Google's well-known types left out (they are built in).
+pub fn imports_of(name: &str, text: &str) -> Result<Vec<String>, String> {
+    let f = file(name, text)?;
+    Ok(f.file_descriptor_proto()
+        .dependency
+        .iter()
+        .filter(|d| !d.starts_with("google/protobuf/"))
+        .cloned()
+        .collect())
+}
+
+/// The local files a `.proto` in folder `dir` imports, read from that folder (as `protoc
+/// -I DIR` would), each after the ones it imports.
+pub fn local_imports(
+    dir: &std::path::Path,
+    name: &str,
+    text: &str,
+) -> Result<Vec<LocalImport>, String> {
+    fn visit(
+        dir: &std::path::Path,
+        name: &str,
+        text: &str,
+        depth: usize,
+        out: &mut Vec<LocalImport>,
+    ) -> Result<(), String> {
+        if depth > 32 {
+            return Err("imports nest deeper than 32".into());
+        }
+        for imp in imports_of(name, text)? {
+            if out.iter().any(|i| i.name == imp) {
+                continue;
+            }
+            let path = dir.join(&imp);
+            let t = std::fs::read_to_string(&path)
+                .map_err(|e| format!("import \"{imp}\" ({}): {e}", path.display()))?;
+            visit(dir, &imp, &t, depth + 1, out)?;
+            if !out.iter().any(|i| i.name == imp) {
+                out.push(LocalImport {
+                    imports: imports_of(&imp, &t)?,
+                    name: imp,
+                    text: t,
+                });
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    visit(dir, name, text, 0, &mut out)?;
+    Ok(out)
+}
+
 impl ProtoSchema {
     /// Compiles `text` (named `name` when it is source) with the files it imports: `refs`
     /// are (import name, text) pairs, and Google's well-known types are built in.

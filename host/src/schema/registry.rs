@@ -109,6 +109,17 @@ pub enum LookupError {
     Unavailable(String),
 }
 
+impl LookupError {
+    /// The same kind of error with its text changed.
+    pub fn map(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            LookupError::NotFound(s) => LookupError::NotFound(f(s)),
+            LookupError::Refused(s) => LookupError::Refused(f(s)),
+            LookupError::Unavailable(s) => LookupError::Unavailable(f(s)),
+        }
+    }
+}
+
 /// The client.
 pub struct Registry {
     base: String,
@@ -161,11 +172,6 @@ struct Reference {
 struct SubjectVersion {
     subject: String,
     version: i32,
-}
-
-#[derive(Deserialize)]
-struct IdBody {
-    id: u32,
 }
 
 impl Registry {
@@ -299,34 +305,77 @@ impl Registry {
     }
 
     /// The id of `schema` under `subject`: looked up, and registered when it is not there
-    /// and `register` is set.
+    /// and `register` is set. `imports` are the local `.proto` files it imports (each after the
+    /// ones it imports): each is looked up (registered) first under its import name as the
+    /// subject, Confluent's convention, and referenced by the ones that import it.
     pub fn id_of(
         &self,
         subject: &str,
         kind: SchemaKind,
         schema: &str,
+        imports: &[super::protobuf::LocalImport],
         register: bool,
     ) -> Result<Arc<Registered>, LookupError> {
-        let mut body = serde_json::json!({ "schema": schema });
-        if kind != SchemaKind::Avro {
-            body["schemaType"] = kind.as_str().into();
-        }
-        let found =
-            self.post::<SchemaBody>("subject", &format!("/subjects/{}", segment(subject)), &body);
-        let id = match found {
-            Ok(b) => b.id.ok_or_else(|| LookupError::Refused("the answer has no `id`".into()))?,
-            Err(LookupError::NotFound(why)) if !register => {
-                return Err(LookupError::NotFound(format!(
-                    "subject `{subject}` does not hold this schema ({why}); set `auto_register: true` to register it"
-                )))
+        let mut versions: HashMap<&str, i32> = HashMap::new();
+        let body = |text: &str, refs: &[String], versions: &HashMap<&str, i32>| {
+            let mut body = serde_json::json!({ "schema": text });
+            if kind != SchemaKind::Avro {
+                body["schemaType"] = kind.as_str().into();
             }
-            Err(LookupError::NotFound(_)) => {
-                let path = format!("/subjects/{}/versions", segment(subject));
-                self.post::<IdBody>("register", &path, &body)?.id
+            if !refs.is_empty() {
+                body["references"] = refs
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({ "name": r, "subject": r, "version": versions.get(r.as_str()).copied().unwrap_or(1) })
+                    })
+                    .collect();
             }
-            Err(e) => return Err(e),
+            body
         };
+        for imp in imports {
+            let b = body(&imp.text, &imp.imports, &versions);
+            let (_, version) = self
+                .find_or_register(&imp.name, &b, register)
+                .map_err(|e| e.map(|why| format!("import \"{}\": {why}", imp.name)))?;
+            versions.insert(&imp.name, version);
+        }
+        let direct = if imports.is_empty() {
+            Vec::new()
+        } else {
+            super::protobuf::imports_of("schema.proto", schema).map_err(LookupError::Refused)?
+        };
+        let (id, _) =
+            self.find_or_register(subject, &body(schema, &direct, &versions), register)?;
         self.by_id(id)
+    }
+
+    /// The id and version of the schema in `body` under `subject`: looked up, and registered
+    /// when it is not there and `register` is set.
+    fn find_or_register(
+        &self,
+        subject: &str,
+        body: &serde_json::Value,
+        register: bool,
+    ) -> Result<(u32, i32), LookupError> {
+        let path = format!("/subjects/{}", segment(subject));
+        let found = |b: SchemaBody| {
+            let id =
+                b.id.ok_or_else(|| LookupError::Refused("the answer has no `id`".into()))?;
+            Ok((id, b.version.unwrap_or(1)))
+        };
+        match self.post::<SchemaBody>("subject", &path, body) {
+            Ok(b) => found(b),
+            Err(LookupError::NotFound(why)) if !register => Err(LookupError::NotFound(format!(
+                "subject `{subject}` does not hold this schema ({why}); set `auto_register: true` to register it"
+            ))),
+            Err(LookupError::NotFound(_)) => {
+                let versions = format!("/subjects/{}/versions", segment(subject));
+                // The answer is `{"id": N}`; the version comes from looking it up again.
+                self.post::<serde_json::Value>("register", &versions, body)?;
+                found(self.post::<SchemaBody>("subject", &path, body)?)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn compile(
