@@ -290,12 +290,8 @@ impl Chain {
         if let Some(f) = &out.failure {
             rejected.retain(|r| r.env.offset < f.offset);
         }
-        let encoders: Vec<_> = [&codecs.encode_key, &codecs.encode]
-            .into_iter()
-            .flatten()
-            .collect();
-        if !encoders.is_empty() {
-            encode_outputs(&encoders, &mut out);
+        if codecs.encode.is_some() || codecs.encode_key.is_some() {
+            encode_outputs(&codecs, &mut out);
         }
         out.rejects.append(&mut rejected);
         Ok(out)
@@ -575,33 +571,33 @@ fn decode_batch(codecs: &Codecs, batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Re
 /// does not fit goes to the rejects as the stages left it (nothing half-encoded). While the
 /// registry cannot be reached for an output's subject, the lane holds here and asks again with
 /// backoff (nothing is rejected for it).
-fn encode_outputs(encoders: &[&crate::schema::Encoder], out: &mut ChainOutput) {
+fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput) {
+    let side = |enc: &Option<crate::schema::Encoder>, msg: &crate::message::Message| {
+        enc.as_ref().map(|enc| encode_held(enc, msg)).transpose()
+    };
     let mut kept = Vec::with_capacity(out.outputs.len());
-    'outputs: for mut e in out.outputs.drain(..) {
-        let mut encoded = Vec::with_capacity(encoders.len());
-        for enc in encoders {
-            match encode_held(enc, &e.msg) {
-                Ok(bytes) => encoded.push((enc.encodes_keys(), bytes)),
-                Err(r) => {
-                    out.rejects.push(Rejected {
-                        env: e,
-                        stage: ENCODE_STAGE.into(),
-                        plugin: "host".into(),
-                        reason: r.text,
-                    });
-                    continue 'outputs;
+    for mut e in out.outputs.drain(..) {
+        // Both sides first: neither is applied unless both fit.
+        let encoded = side(&codecs.encode_key, &e.msg)
+            .and_then(|key| Ok((key, side(&codecs.encode, &e.msg)?)));
+        match encoded {
+            Ok((key, value)) => {
+                if let Some(key) = key {
+                    e.msg.key = key;
                 }
+                if let Some(value) = value {
+                    e.msg.value = value;
+                }
+                e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
+                kept.push(e);
             }
+            Err(r) => out.rejects.push(Rejected {
+                env: e,
+                stage: ENCODE_STAGE.into(),
+                plugin: "host".into(),
+                reason: r.text,
+            }),
         }
-        for (key, bytes) in encoded {
-            if key {
-                e.msg.key = bytes;
-            } else {
-                e.msg.value = bytes;
-            }
-        }
-        e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
-        kept.push(e);
     }
     out.outputs = kept;
 }

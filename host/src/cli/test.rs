@@ -58,28 +58,15 @@ fn parse_kv(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
 }
 
-/// The decoder `--registry` and `--decode` ask for.
-fn local_decoder(url: &str, format: &str) -> Result<crate::schema::Decoder, String> {
+/// The codecs `--registry` and `--decode` ask for: values decoded as a local source's are.
+fn local_codecs(url: &str, format: &str) -> Result<crate::schema::Codecs, String> {
     let cfg: crate::config::schema::Decode =
         serde_json::from_value(json!({"format": format, "registry": {"url": url}}))
             .map_err(|e| format!("--decode {format}: {e}"))?;
-    Ok(crate::schema::Decoder::new(&cfg, false, None)?.for_local_source())
-}
-
-/// Decodes a message's value as the chain would, with the schema headers.
-fn decode_value(
-    d: &crate::schema::Decoder,
-    m: &mut crate::message::Message,
-) -> Result<(), crate::schema::CodecReject> {
-    let Some(value) = &m.value else {
-        return Ok(());
-    };
-    let (json, schema) = d.decode(value)?;
-    m.value = Some(json);
-    m.headers.retain(|h| !h.key.starts_with("weir.schema."));
-    m.headers
-        .extend(crate::schema::codec::schema_headers(&schema));
-    Ok(())
+    Ok(crate::schema::Codecs {
+        value: Some(crate::schema::Decoder::new(&cfg, false, None)?.for_local_source()),
+        ..Default::default()
+    })
 }
 
 /// The name `pipeline.yaml` beside `plugin` gives the stage whose `plugin` is this file.
@@ -114,17 +101,17 @@ pub fn test(args: &TestArgs) -> ExitCode {
             Err(e) => return super::bad_input(format!("{}:{}: {e}", args.input.display(), i + 1)),
         }
     }
-    let decoder = match args
+    let codecs = match args
         .registry
         .as_deref()
-        .map(|url| local_decoder(url, &args.decode))
+        .map(|url| local_codecs(url, &args.decode))
     {
         None => None,
-        Some(Ok(d)) => Some(d),
+        Some(Ok(c)) => Some(c),
         Some(Err(e)) => return super::bad_input(format!("--registry: {e}")),
     };
-    if let Some(d) = &decoder {
-        if let Err(e) = d.fetch(msgs.iter().map(|e| &e.msg)) {
+    if let Some(c) = &codecs {
+        if let Err(e) = c.fetch(msgs.iter().map(|e| &e.msg)) {
             return super::bad_input(format!("--registry: {e}"));
         }
     }
@@ -168,8 +155,8 @@ pub fn test(args: &TestArgs) -> ExitCode {
     // One message per call, so every outcome (traps included) is attributed exactly.
     let mut failed = None;
     for env in &mut msgs {
-        if let Some(d) = &decoder {
-            if let Err(r) = decode_value(d, &mut env.msg) {
+        if let Some(c) = &codecs {
+            if let Err(r) = c.decode(&mut env.msg) {
                 let line = json!({"offset": env.offset, "outcome": "reject", "stage": crate::chain::DECODE_STAGE, "reason": r.text});
                 println!("{line}");
                 continue;

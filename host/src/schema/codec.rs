@@ -251,7 +251,7 @@ pub(super) fn wire(
 
 /// The headers a decoded value carries: its schema's id, and the subject and version it is
 /// registered under when the registry says.
-pub fn schema_headers(schema: &Registered) -> Vec<Header> {
+fn schema_headers(schema: &Registered) -> Vec<Header> {
     let mut headers = vec![Header {
         key: HEADER_ID.into(),
         value: Some(schema.id.to_string().into_bytes()),
@@ -546,11 +546,6 @@ impl Encoder {
             })));
         }
         Ok(Some(out))
-    }
-
-    /// Whether it encodes keys.
-    pub fn encodes_keys(&self) -> bool {
-        self.key
     }
 
     /// A lane starts (`true`) or stops holding for the registry (the held-lanes gauge).
