@@ -10,7 +10,8 @@
 //!   a Protobuf message (proto3 JSON mapping) and as JSON Schema (validated both ways);
 //! * `schema_codec/decode-*` and `schema_codec/encode-*`: each codec alone, 256 records.
 //!
-//! Measured with mimalloc, the `weir` binary's allocator.
+//! Measured with mimalloc, the `weir` binary's allocator, and transparent huge pages off as
+//! the binary has them (`weir::thp`).
 //!
 //! Run: `cargo bench -p weir-benches --bench schema` (results: docs/BENCHMARKS.md).
 
@@ -125,6 +126,8 @@ fn codecs(
 }
 
 fn schema(c: &mut Criterion) {
+    // As the `weir` binary runs: no transparent huge pages (see `weir::thp`).
+    weir::thp::disable();
     let registry = DevRegistry::start("127.0.0.1:0").expect("registry");
     let dir = tempfile::tempdir().expect("dir");
     let texts: Vec<Vec<u8>> = (0..BATCH).map(|i| json(i).into_bytes()).collect();

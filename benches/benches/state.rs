@@ -9,7 +9,8 @@
 //!   the mock cluster, into an empty state dir), and a store of 1,000,000 keys whose checkpoint
 //!   is at the changelog's end (a restart: nothing to re-read).
 //!
-//! Measured with mimalloc, the `weir` binary's allocator.
+//! Measured with mimalloc, the `weir` binary's allocator, and transparent huge pages off as
+//! the binary has them (`weir::thp`).
 //!
 //! Run: `cargo bench -p weir-benches --bench state` (results: docs/BENCHMARKS.md).
 
@@ -76,6 +77,8 @@ fn batch(first: i64, keys: usize) -> Vec<Envelope> {
 }
 
 fn state_batch(c: &mut Criterion) {
+    // As the `weir` binary runs: no transparent huge pages (see `weir::thp`).
+    weir::thp::disable();
     let broker = EmbeddedBroker::start(1).expect("broker");
     broker.create_topic("in", 1).expect("topic");
     broker
@@ -157,6 +160,8 @@ fn state_batch(c: &mut Criterion) {
 }
 
 fn state_restore(c: &mut Criterion) {
+    // As the `weir` binary runs: no transparent huge pages (see `weir::thp`).
+    weir::thp::disable();
     // The mock cluster keeps about 4 MB per partition (no compaction): 30,000 records of ~120
     // bytes stay in it.
     const RECORDS: usize = 30_000;

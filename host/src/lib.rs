@@ -40,3 +40,4 @@ mod sigpipe;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod thp;

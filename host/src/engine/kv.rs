@@ -12,7 +12,7 @@ use wasmtime::component::{HasSelf, Linker, Resource};
 use super::bindings::wasi::keyvalue::{atomics, batch, store};
 use super::bindings::{KeyResponse, KvError};
 use super::StageState;
-use crate::state::log::{Slot, SlotMap};
+use crate::state::log::{Slot, SlotMap, SlotRef};
 use crate::state::{encode, now_ms, PartitionState, StateSpec};
 
 /// The host's side of a guest `bucket`: which of the stage's buckets.
@@ -98,8 +98,8 @@ impl Kv {
         })
     }
 
-    fn get(&self, slot: &Slot) -> Result<Option<Vec<u8>>, KvError> {
-        if let Some(&i) = self.latest.get(slot) {
+    fn get(&self, slot: SlotRef<'_>) -> Result<Option<Vec<u8>>, KvError> {
+        if let Some(&i) = self.latest.get(&slot) {
             return Ok(self.writes[i]
                 .1
                 .as_deref()
@@ -159,8 +159,8 @@ impl store::Host for StageState {
 
 impl store::HostBucket for StageState {
     fn get(&mut self, b: Resource<BucketHandle>, key: String) -> Result<Option<Vec<u8>>, KvError> {
-        let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
-        self.kv.get(&slot)
+        let bucket = bucket_of(self, &b)?;
+        self.kv.get(SlotRef(bucket, &key))
     }
 
     fn set(
@@ -179,8 +179,8 @@ impl store::HostBucket for StageState {
     }
 
     fn exists(&mut self, b: Resource<BucketHandle>, key: String) -> Result<bool, KvError> {
-        let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
-        Ok(self.kv.get(&slot)?.is_some())
+        let bucket = bucket_of(self, &b)?;
+        Ok(self.kv.get(SlotRef(bucket, &key))?.is_some())
     }
 
     fn list_keys(
@@ -236,7 +236,7 @@ impl atomics::Host for StageState {
         delta: i64,
     ) -> Result<i64, KvError> {
         let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
-        let now = match self.kv.get(&slot)? {
+        let now = match self.kv.get(SlotRef::of(&slot))? {
             None => 0,
             Some(v) => i64::from_le_bytes(v.as_slice().try_into().map_err(|_| {
                 KvError::Other(format!(
@@ -257,7 +257,10 @@ impl atomics::Host for StageState {
             .delete(cas)
             .map_err(|e| atomics::CasError::StoreError(KvError::Other(e.to_string())))?;
         let slot = (h.bucket, h.key);
-        let now = self.kv.get(&slot).map_err(atomics::CasError::StoreError)?;
+        let now = self
+            .kv
+            .get(SlotRef::of(&slot))
+            .map_err(atomics::CasError::StoreError)?;
         if now != h.seen {
             let fresh = self
                 .table()
@@ -290,7 +293,7 @@ impl atomics::HostCas for StageState {
         key: String,
     ) -> Result<(Resource<CasHandle>, Option<Vec<u8>>), KvError> {
         let slot = (bucket_of(self, &b)?, Arc::<str>::from(key));
-        let seen = self.kv.get(&slot)?;
+        let seen = self.kv.get(SlotRef::of(&slot))?;
         let h = self
             .table()
             .push(CasHandle {
@@ -317,9 +320,8 @@ impl batch::Host for StageState {
         let bucket = bucket_of(self, &b)?;
         keys.into_iter()
             .map(|k| {
-                let slot = (bucket, Arc::<str>::from(k));
-                let v = self.kv.get(&slot)?;
-                Ok((slot.1.to_string(), v))
+                let v = self.kv.get(SlotRef(bucket, &k))?;
+                Ok((k, v))
             })
             .collect()
     }

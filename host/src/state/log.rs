@@ -1,7 +1,7 @@
 //! Writes not yet in the store, in the order they were made, each tagged with the source
 //! offset whose outcome they belong to, and the latest value of each key among them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// A bucket (its index in the stage's `state.buckets`) and a key (shared: a write's key is
 /// held by the call's writes, the logs, the read cache and its change record at once).
@@ -10,7 +10,30 @@ pub type Slot = (u16, std::sync::Arc<str>);
 /// A map keyed by [`Slot`] with foldhash (randomly seeded per map: fast on short keys, and
 /// keys chosen by whoever writes the input cannot be aimed at a known seed), not SipHash: the
 /// state path hashes a slot several times per message.
-pub type SlotMap<V> = HashMap<Slot, V, foldhash::fast::RandomState>;
+pub type SlotMap<V> = hashbrown::HashMap<Slot, V, foldhash::fast::RandomState>;
+
+/// A [`Slot`] borrowed for a lookup: a read needs no `Arc` of its key. It hashes as the
+/// slot does (the bucket, then the key's text), so a [`SlotMap`] finds it.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub struct SlotRef<'a>(pub u16, pub &'a str);
+
+impl<'a> SlotRef<'a> {
+    /// The borrowed form of `slot`.
+    pub fn of(slot: &'a Slot) -> Self {
+        SlotRef(slot.0, &slot.1)
+    }
+
+    /// An owned slot with this bucket and key.
+    pub fn to_slot(self) -> Slot {
+        (self.0, self.1.into())
+    }
+}
+
+impl hashbrown::Equivalent<Slot> for SlotRef<'_> {
+    fn equivalent(&self, slot: &Slot) -> bool {
+        self.0 == slot.0 && self.1 == &*slot.1
+    }
+}
 
 /// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,8 +67,8 @@ impl Log {
     }
 
     /// The latest write of `slot` still in the log: `Some(None)` is a delete.
-    pub fn get(&self, slot: &Slot) -> Option<Option<&[u8]>> {
-        let seq = *self.latest.get(slot)?;
+    pub fn get(&self, slot: SlotRef<'_>) -> Option<Option<&[u8]>> {
+        let seq = *self.latest.get(&slot)?;
         let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
         Some(e.value.as_deref())
     }
@@ -142,6 +165,24 @@ mod tests {
     }
 
     #[test]
+    fn a_borrowed_slot_finds_what_its_owned_slot_was_stored_under() {
+        let mut m: SlotMap<u32> = SlotMap::default();
+        for (i, k) in ["a", "b", "", "a longer key with ünïcode"]
+            .iter()
+            .enumerate()
+        {
+            m.insert((i as u16 % 2, (*k).into()), i as u32);
+        }
+        assert_eq!(m.get(&SlotRef(0, "a")), Some(&0));
+        assert_eq!(m.get(&SlotRef(1, "b")), Some(&1));
+        assert_eq!(m.get(&SlotRef(0, "")), Some(&2));
+        assert_eq!(m.get(&SlotRef(1, "a longer key with ünïcode")), Some(&3));
+        assert_eq!(m.get(&SlotRef(1, "a")), None, "same key, other bucket");
+        assert_eq!(m.get(&SlotRef(0, "b")), None);
+        assert_eq!(SlotRef(1, "b").to_slot(), (1, "b".into()));
+    }
+
+    #[test]
     fn a_commit_point_never_splits_a_call() {
         let mut l = Log::default();
         let call = |first, tag, k: &str| Entry {
@@ -185,18 +226,18 @@ mod tests {
         l.push(e(1, "a", Some("1")));
         l.push(e(2, "b", Some("2")));
         l.push(e(3, "a", Some("3")));
-        assert_eq!(l.get(&(0, "a".into())), Some(Some(&b"3"[..])));
+        assert_eq!(l.get(SlotRef(0, "a")), Some(Some(&b"3"[..])));
         let drained = l.drain_below(3);
         assert_eq!(drained, vec![e(1, "a", Some("1")), e(2, "b", Some("2"))]);
         assert_eq!(
-            l.get(&(0, "a".into())),
+            l.get(SlotRef(0, "a")),
             Some(Some(&b"3"[..])),
             "a's later write stays"
         );
-        assert_eq!(l.get(&(0, "b".into())), None, "b's write left the log");
+        assert_eq!(l.get(SlotRef(0, "b")), None, "b's write left the log");
         l.push(e(4, "b", None));
         assert_eq!(
-            l.get(&(0, "b".into())),
+            l.get(SlotRef(0, "b")),
             Some(None),
             "a delete reads as a delete"
         );
@@ -206,6 +247,6 @@ mod tests {
         assert!(other.is_empty());
         assert_eq!(l.len(), 3);
         l.clear();
-        assert_eq!(l.get(&(0, "a".into())), None);
+        assert_eq!(l.get(SlotRef(0, "a")), None);
     }
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use self::log::{Entry, Log, Slot, SlotMap};
+use self::log::{Entry, Log, Slot, SlotMap, SlotRef};
 pub use self::store::{Checkpoint, StageStore, StoreError};
 use crate::config::{PipelineConfig, StageConfig};
 use crate::sink::{ChangeRecord, Changelog};
@@ -172,22 +172,22 @@ impl PartitionState {
     }
 
     /// The value of `slot` (the stage's bytes), as the next message sees it.
-    pub fn get(&self, slot: &Slot) -> Result<Option<Vec<u8>>, StoreError> {
+    pub fn get(&self, slot: SlotRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
         let mut g = self.lock();
         if let Some(v) = g.batch.get(slot).or_else(|| g.pending.get(slot)) {
             return Ok(v.and_then(|s| self.live(s)).map(<[u8]>::to_vec));
         }
-        if let Some(v) = g.cache.get(slot) {
+        if let Some(v) = g.cache.get(&slot) {
             return Ok(v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec));
         }
         let v = self
             .store
-            .get(&self.key, &self.spec.buckets[slot.0 as usize], &slot.1)?;
+            .get(&self.key, &self.spec.buckets[slot.0 as usize], slot.1)?;
         let out = v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec);
         if g.cache.len() >= CACHE_ENTRIES {
             g.cache.clear();
         }
-        g.cache.insert(slot.clone(), v);
+        g.cache.insert(slot.to_slot(), v);
         Ok(out)
     }
 
@@ -221,7 +221,8 @@ impl PartitionState {
             for (key, stored) in page {
                 let slot = (b, Arc::<str>::from(key));
                 // A newer write in the logs is what a read sees.
-                let written = match g.batch.get(&slot).or_else(|| g.pending.get(&slot)) {
+                let at = SlotRef::of(&slot);
+                let written = match g.batch.get(at).or_else(|| g.pending.get(at)) {
                     Some(Some(v)) => decode(v).0,
                     Some(None) => continue,
                     None => decode(&stored).0,
