@@ -103,12 +103,25 @@ impl Scratch {
 /// Reads a JSONL file (missing file: no lines).
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     match std::fs::read_to_string(path) {
-        Ok(t) => t
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("output line is JSON"))
-            .collect(),
+        Ok(t) => json_lines(t.as_bytes()),
         Err(_) => Vec::new(),
     }
+}
+
+/// The JSON lines of a command's output (`weir test`, a stdout sink).
+pub fn json_lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// The `outcome` of each of `weir test`'s answers.
+pub fn outcomes(answers: &[Value]) -> Vec<&str> {
+    answers
+        .iter()
+        .map(|a| a["outcome"].as_str().expect("an answer has an outcome"))
+        .collect()
 }
 
 /// The `value` of each JSONL line, as text (a non-string value reads as "").

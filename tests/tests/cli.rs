@@ -1,7 +1,7 @@
 //! The subcommands and every class of bad input: a clear message, the right exit code, no panic.
 
 use serde_json::{json, Value};
-use weir_tests::{pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
+use weir_tests::{json_lines, outcomes, pipeline_yaml, plugins, scratch, stage, stderr, Scratch};
 
 fn no_panic(text: &str) {
     assert!(
@@ -202,15 +202,8 @@ fn weir_test_prints_every_outcome() {
         "a `fail` was answered: {}",
         stderr(&o)
     );
-    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let outcomes: Vec<&str> = lines
-        .iter()
-        .map(|l| l["outcome"].as_str().unwrap())
-        .collect();
-    assert_eq!(outcomes, ["keep", "next", "reject", "trap", "fail"]);
+    let lines = json_lines(&o.stdout);
+    assert_eq!(outcomes(&lines), ["keep", "next", "reject", "trap", "fail"]);
     assert_eq!(lines[1]["messages"].as_array().unwrap().len(), 2);
     assert!(lines[3]["reason"]
         .as_str()
@@ -522,10 +515,7 @@ fn stdin_to_stdout_pipes_like_a_filter() {
     drop(stdin);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&o.stdout);
     assert_eq!(
         lines,
         vec![
@@ -752,20 +742,15 @@ fn weir_test_stops_at_the_first_fail_unless_told_to_keep_going() {
             json!({"value": "b"}),
         ],
     );
-    let outcomes = |o: &std::process::Output| -> Vec<String> {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["outcome"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
+    let outcomes_of = |o: &std::process::Output| -> Vec<String> {
+        outcomes(&json_lines(&o.stdout))
+            .into_iter()
+            .map(str::to_owned)
             .collect()
     };
     let o = s.run(&["test", plugins::MISBEHAVE, "--input", "in.jsonl"]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(outcomes(&o), ["keep", "fail"]);
+    assert_eq!(outcomes_of(&o), ["keep", "fail"]);
     assert!(stderr(&o).contains("stopped there"), "{}", stderr(&o));
     let o = s.run(&[
         "test",
@@ -775,7 +760,7 @@ fn weir_test_stops_at_the_first_fail_unless_told_to_keep_going() {
         "--keep-going",
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(outcomes(&o), ["keep", "fail", "keep"]);
+    assert_eq!(outcomes_of(&o), ["keep", "fail", "keep"]);
     // Errors name the plugin file, not a stage called `test`.
     let o = s.run(&["test", "missing.wasm", "--input", "in.jsonl"]);
     assert_eq!(o.status.code(), Some(2));

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use weir_tests::kafka::{spawn_weir, Broker};
 use weir_tests::plugins::PASSTHROUGH;
 use weir_tests::secure::{python_run, tool, tools};
-use weir_tests::{free_port, gauge, scrape, scratch, stage, try_scrape, Scratch};
+use weir_tests::{
+    free_port, gauge, json_lines, outcomes, scrape, scratch, stage, try_scrape, Scratch,
+};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
@@ -935,16 +937,9 @@ fn a_jsonl_source_takes_records_beside_their_schema_or_in_wire_format_and_decode
         &url,
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let answers: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let outcomes: Vec<&str> = answers
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap())
-        .collect();
+    let answers = json_lines(&o.stdout);
     assert_eq!(
-        outcomes,
+        outcomes(&answers),
         ["next", "next", "next", "reject", "reject", "reject"],
         "{answers:?}"
     );
