@@ -485,6 +485,7 @@ fn the_sdks_are_packages_at_the_binarys_version_that_publish_cleanly() {
         "weir/__init__.py".to_owned(),
         "weir/state.py".to_owned(),
         "weir/API.md".to_owned(),
+        "weir/reproducible.c".to_owned(),
         format!("weir_sdk-{version}.data/scripts/weir-build-python"),
     ] {
         assert!(list.contains(&f), "{f} in the wheel: {list}");

@@ -552,7 +552,8 @@ fn the_running_total_stage_keeps_the_same_totals_in_rust_c_python_and_js() {
     }
 }
 
-/// Builds `plugins/<dir>/<file>` with the `lang` SDK's build script, run from `cwd`, into `out`.
+/// Builds `plugins/<dir>/<file>` (or `<dir>/<file>` where `dir` is absolute) with the `lang` SDK's
+/// build script, run from `cwd`, into `out`.
 fn sdk_build(lang: &str, dir: &str, file: &str, cwd: &std::path::Path, out: &std::path::Path) {
     let root = weir_tests::languages::root();
     let o = std::process::Command::new(root.join(format!("sdk/{lang}/weir-build-{lang}")))
@@ -585,7 +586,7 @@ fn assert_same_bytes(what: &str, a: &std::path::Path, b: &std::path::Path) {
 }
 
 #[test]
-fn the_c_js_and_rust_examples_build_to_the_same_bytes_twice() {
+fn the_examples_in_every_language_build_to_the_same_bytes_twice() {
     let s = scratch!();
     let (one, two) = (s.path("one"), s.path("two"));
     std::fs::create_dir_all(&one).unwrap();
@@ -609,8 +610,70 @@ fn the_c_js_and_rust_examples_build_to_the_same_bytes_twice() {
             &two.join(format!("{lang}-again.wasm")),
         );
     }
-    // Rust: the stage crate compiled twice (its dependencies are reused, as in any rebuild).
+    // Python: once from the checkout, once from a copy of the stage's folder as a fresh clone
+    // would have it (other file and folder times) with a stale bytecode folder and a dot-file
+    // beside it. Neither build leaves anything in the stage's folder.
     let root = weir_tests::languages::root();
+    let copy = s.path("orders-python");
+    std::fs::create_dir_all(copy.join("__pycache__")).unwrap();
+    std::fs::copy(
+        root.join("plugins/orders-python/orders.py"),
+        copy.join("orders.py"),
+    )
+    .unwrap();
+    std::fs::write(copy.join("__pycache__/orders.cpython-314.pyc"), b"stale").unwrap();
+    std::fs::write(copy.join(".env"), b"NOT=copied").unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    for path in [copy.join("orders.py"), copy.clone()] {
+        std::fs::File::open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    let listing = |dir: &std::path::Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let checkout_before = listing(&root.join("plugins/orders-python"));
+    sdk_build(
+        "python",
+        "orders-python",
+        "orders.py",
+        &one,
+        &one.join("python.wasm"),
+    );
+    sdk_build(
+        "python",
+        copy.to_str().unwrap(),
+        "orders.py",
+        &two,
+        &two.join("python-again.wasm"),
+    );
+    assert_same_bytes(
+        "python",
+        &one.join("python.wasm"),
+        &two.join("python-again.wasm"),
+    );
+    assert_eq!(
+        listing(&root.join("plugins/orders-python")),
+        checkout_before,
+        "python: the build wrote into the stage's folder"
+    );
+    assert_eq!(
+        listing(&copy),
+        [".env", "__pycache__", "orders.py"],
+        "python: the build wrote into the stage's folder"
+    );
+    assert_eq!(
+        listing(&copy.join("__pycache__")),
+        ["orders.cpython-314.pyc"],
+        "python: the build wrote bytecode beside the stage"
+    );
+    // Rust: the stage crate compiled twice (its dependencies are reused, as in any rebuild).
     let target = root.join("target").join("plugins");
     let cargo = |copy_to: &std::path::Path| {
         let o = std::process::Command::new("cargo")
