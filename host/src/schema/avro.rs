@@ -1,5 +1,6 @@
 //! Avro binary ↔ JSON text, compiled from the schema: no intermediate value tree on the way
-//! to JSON, one `serde_json::Value` on the way back.
+//! to JSON; on the way back one pass over the text when it has the usual shape ([`stream`]),
+//! else a borrowed tree (`schema::json::Json`).
 //!
 //! The JSON form a stage sees (docs/schema-registry.md has the table):
 //! records → objects (fields in schema order), enums → their symbol, arrays, maps → objects,
@@ -19,6 +20,8 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::json::Json;
+
+mod stream;
 
 /// A schema that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -160,8 +163,20 @@ impl AvroSchema {
         Ok(())
     }
 
-    /// Appends the binary encoding of a JSON text.
+    /// Appends the binary encoding of a JSON text: in one pass when the text has the usual
+    /// shape ([`stream`]), else through a parsed tree (which also says what does not fit).
     pub fn from_json(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
+        let start = out.len();
+        let mut scan = stream::Scan::new(json);
+        if self.stream(self.root, &mut scan, out).is_some() && scan.at_end() {
+            return Ok(());
+        }
+        out.truncate(start);
+        self.encode_tree(json, out)
+    }
+
+    /// [`AvroSchema::from_json`] through a parsed tree.
+    fn encode_tree(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
         let v = Json::parse(json).map_err(|e| FitError::new(format!("not JSON: {e}")))?;
         self.encode(self.root, &v, out)
     }
@@ -523,7 +538,7 @@ impl AvroSchema {
                             out.extend_from_slice(&b);
                         }
                     }
-                    None => put_bytes(out, &minimal_be(unscaled)),
+                    None => put_minimal_be(out, unscaled),
                 }
             }
             Node::Uuid { fixed } => {
@@ -1076,14 +1091,15 @@ fn be_signed(b: &[u8]) -> Result<i128, FitError> {
     Ok(i128::from_be_bytes(full))
 }
 
-fn minimal_be(v: i128) -> Vec<u8> {
+/// The shortest big-endian two's complement of `v` (what a `decimal` on `bytes` holds).
+fn put_minimal_be(out: &mut Vec<u8>, v: i128) {
     let b = v.to_be_bytes();
     let sign = if v < 0 { 0xff } else { 0 };
     let mut start = 0;
     while start < 15 && b[start] == sign && (b[start + 1] & 0x80 != 0) == (v < 0) {
         start += 1;
     }
-    b[start..].to_vec()
+    put_bytes(out, &b[start..]);
 }
 
 fn decimal_text(out: &mut Vec<u8>, unscaled: i128, scale: u32) {
@@ -1109,9 +1125,13 @@ fn decimal_text(out: &mut Vec<u8>, unscaled: i128, scale: u32) {
 /// A decimal from text or a JSON number: the unscaled integer at `scale`. More fraction
 /// digits than the scale is an error (never rounded).
 fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
-    let text = match v {
-        Json::Str(s) => s.to_string(),
-        Json::Int(_) | Json::Uint(_) | Json::Float(_) => v.to_string(),
+    let number;
+    let text: &str = match v {
+        Json::Str(s) => s,
+        Json::Int(_) | Json::Uint(_) | Json::Float(_) => {
+            number = v.to_string();
+            &number
+        }
         _ => {
             return Err(FitError::new(format!(
                 "expected a decimal, got {}",
@@ -1126,7 +1146,7 @@ fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
     };
     let (neg, t) = match text.strip_prefix('-') {
         Some(t) => (true, t),
-        None => (false, text.as_str()),
+        None => (false, text),
     };
     let (i, f) = t.split_once('.').unwrap_or((t, ""));
     if i.is_empty() && f.is_empty()
@@ -1135,15 +1155,16 @@ fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
     {
         return Err(bad());
     }
-    let mut digits = String::with_capacity(i.len() + scale as usize);
-    digits.push_str(i);
-    digits.push_str(f);
-    digits.extend(std::iter::repeat_n('0', scale as usize - f.len()));
-    let n: i128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().map_err(|_| bad())?
-    };
+    // The digits of the integer part, the fraction and the zeros up to the scale, as one
+    // number (too many for i128: not a decimal Weir takes).
+    let n = i
+        .bytes()
+        .chain(f.bytes())
+        .chain(std::iter::repeat_n(b'0', scale as usize - f.len()))
+        .try_fold(0i128, |n, c| {
+            n.checked_mul(10)?.checked_add(i128::from(c - b'0'))
+        })
+        .ok_or_else(bad)?;
     if n >= 10i128.pow(38) {
         return Err(FitError::new(format!("`{text}` has more than 38 digits")));
     }

@@ -1,0 +1,581 @@
+//! The encoder's fast path: JSON text to Avro in one pass, with no tree built.
+//!
+//! A stage's output is scanned once and written as it is read, as long as it has the shape a
+//! record usually has: members in schema order, each once. Anything else (members in another
+//! order, a default to fill in, a union chosen by a `{"full.Name": …}` wrapper, a value that
+//! does not fit, text that is not JSON) makes it give up, and [`AvroSchema::from_json`] starts
+//! again on the tree path, which says what is wrong. So the fast path never decides alone: a
+//! scalar is written by the tree path's own `encode` (given a value made from the token, with
+//! no parse), and containers follow the tree path's rules. The test
+//! `the_fast_path_writes_what_the_tree_path_writes` holds the two to the same bytes.
+
+use std::borrow::Cow;
+
+use super::{put_bytes, put_long, AvroSchema, Node};
+use crate::schema::json::Json;
+
+/// A cursor over JSON text. `None` from any method: give up (not the common shape, or not JSON).
+pub(super) struct Scan<'a> {
+    s: &'a [u8],
+    i: usize,
+    /// Containers open around the cursor: past [`MAX_DEPTH`] it gives up (the tree path's
+    /// parser has its own limit), so a hostile stage's deep output cannot overflow the stack.
+    depth: usize,
+}
+
+const MAX_DEPTH: usize = 64;
+
+impl<'a> Scan<'a> {
+    pub(super) fn new(s: &'a [u8]) -> Self {
+        Scan { s, i: 0, depth: 0 }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.i).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> Option<()> {
+        (self.peek()? == b).then(|| self.i += 1)
+    }
+
+    /// Only whitespace left.
+    pub(super) fn at_end(&mut self) -> bool {
+        self.ws();
+        self.i == self.s.len()
+    }
+
+    /// The bytes of a string without escapes or control characters (not checked as UTF-8);
+    /// `None` for any other.
+    fn raw_string(&mut self) -> Option<&'a [u8]> {
+        self.eat(b'"')?;
+        let start = self.i;
+        self.i += plain_run(&self.s[start..]);
+        (self.s.get(self.i)? == &b'"').then_some(())?;
+        self.i += 1;
+        Some(&self.s[start..self.i - 1])
+    }
+
+    /// A string without escapes; `None` for any other.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.raw_string()?).ok()
+    }
+
+    /// A string, unescaped by serde_json when it has escapes.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        let start = self.i;
+        if let Some(plain) = self.plain_string() {
+            return Some(Cow::Borrowed(plain));
+        }
+        // Escapes: find the closing quote, then let serde_json read (and check) the whole.
+        self.i = start;
+        self.eat(b'"')?;
+        let open = self.i - 1;
+        loop {
+            match *self.s.get(self.i)? {
+                b'"' => break,
+                b'\\' => self.i += 2,
+                _ => self.i += 1,
+            }
+        }
+        self.i += 1;
+        serde_json::from_slice::<String>(self.s.get(open..self.i)?)
+            .ok()
+            .map(Cow::Owned)
+    }
+
+    /// A number: `Int` when it is an integer that fits i64 and serde_json would say so,
+    /// else `Float` as serde_json reads it.
+    fn number(&mut self) -> Option<Json<'a>> {
+        let start = self.i;
+        let digits = |s: &Self, mut i: usize| {
+            while s.s.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            i
+        };
+        let neg = self.s.get(self.i) == Some(&b'-');
+        let int_start = self.i + neg as usize;
+        let int_end = digits(self, int_start);
+        let int = self.s.get(int_start..int_end)?;
+        if int.is_empty() || (int.len() > 1 && int[0] == b'0') {
+            return None;
+        }
+        self.i = int_end;
+        let mut integer = true;
+        let mut frac: &[u8] = &[];
+        let mut exp = false;
+        if self.s.get(self.i) == Some(&b'.') {
+            let end = digits(self, self.i + 1);
+            if end == self.i + 1 {
+                return None;
+            }
+            frac = &self.s[self.i + 1..end];
+            self.i = end;
+            integer = false;
+        }
+        if let Some(b'e' | b'E') = self.s.get(self.i) {
+            exp = true;
+            let mut at = self.i + 1;
+            if let Some(b'+' | b'-') = self.s.get(at) {
+                at += 1;
+            }
+            let end = digits(self, at);
+            if end == at {
+                return None;
+            }
+            self.i = end;
+            integer = false;
+        }
+        let token = &self.s[start..self.i];
+        let value = |digits: &mut dyn Iterator<Item = &u8>| {
+            digits.fold(0i64, |v, d| v * 10 + (d - b'0') as i64)
+        };
+        if integer && int.len() <= 18 && !(neg && int == b"0") {
+            // 18 digits always fit i64; serde_json reads `-0` as a float.
+            let v = value(&mut int.iter());
+            return Some(Json::Int(if neg { -v } else { v }));
+        }
+        if !integer
+            && int.len() + frac.len() <= 15
+            && frac.len() <= 22
+            && !exp
+            && !(neg && all_zero(int, frac))
+        {
+            // At most 15 digits (exact in f64) over a power of ten that f64 holds exactly: one
+            // correctly rounded division, which is what any exact reader gives (serde_json's
+            // too, on this path).
+            let m = value(&mut int.iter().chain(frac)) as f64 / POW10[frac.len()];
+            return Some(Json::Float(if neg { -m } else { m }));
+        }
+        // Longer integers and the rest: serde_json's reading, so the value is the same.
+        let v: Json<'_> = serde_json::from_slice(token).ok()?;
+        Some(match v {
+            Json::Int(i) => Json::Int(i),
+            Json::Uint(u) => Json::Uint(u),
+            Json::Float(f) => Json::Float(f),
+            _ => return None,
+        })
+    }
+
+    fn literal(&mut self, word: &[u8], v: Json<'a>) -> Option<Json<'a>> {
+        self.s.get(self.i..)?.starts_with(word).then(|| {
+            self.i += word.len();
+            v
+        })
+    }
+
+    /// A scalar value made from its token (no tree).
+    fn scalar(&mut self) -> Option<Json<'a>> {
+        match self.peek()? {
+            b'"' => self.string().map(Json::Str),
+            b'n' => self.literal(b"null", Json::Null),
+            b't' => self.literal(b"true", Json::Bool(true)),
+            b'f' => self.literal(b"false", Json::Bool(false)),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    /// The text of the container value here (parsed by the tree path).
+    fn container(&mut self) -> Option<&'a [u8]> {
+        self.ws();
+        let start = self.i;
+        let mut depth = 0usize;
+        loop {
+            match *self.s.get(self.i)? {
+                b'"' => {
+                    self.i += 1;
+                    loop {
+                        match *self.s.get(self.i)? {
+                            b'"' => break,
+                            b'\\' => self.i += 2,
+                            _ => self.i += 1,
+                        }
+                    }
+                }
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => {
+                    depth = depth.checked_sub(1)?;
+                    if depth == 0 {
+                        self.i += 1;
+                        return Some(&self.s[start..self.i]);
+                    }
+                }
+                _ => {}
+            }
+            self.i += 1;
+        }
+    }
+}
+
+/// Exact powers of ten in f64.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+fn all_zero(int: &[u8], frac: &[u8]) -> bool {
+    int.iter().chain(frac).all(|&d| d == b'0')
+}
+
+/// How many bytes from the start are plain string content: not `"`, `\\` or a control
+/// character. Eight at a time (a word's bytes tested at once), then one at a time.
+fn plain_run(s: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let special = has_zero(x ^ (ONES * u64::from(b'"')))
+            | has_zero(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+        if special != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while s
+        .get(i)
+        .is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20)
+    {
+        i += 1;
+    }
+    i
+}
+
+impl AvroSchema {
+    /// Writes the value at the cursor as node `n`; `None`: give up (the caller truncates `out`
+    /// and takes the tree path).
+    pub(super) fn stream(&self, n: usize, sc: &mut Scan<'_>, out: &mut Vec<u8>) -> Option<()> {
+        let first = sc.peek()?;
+        if matches!(first, b'[' | b'{') {
+            sc.depth += 1;
+            if sc.depth > MAX_DEPTH {
+                return None;
+            }
+        }
+        let done = self.stream_node(n, first, sc, out);
+        if matches!(first, b'[' | b'{') {
+            sc.depth -= 1;
+        }
+        done
+    }
+
+    fn stream_node(&self, n: usize, first: u8, sc: &mut Scan<'_>, out: &mut Vec<u8>) -> Option<()> {
+        match (&self.nodes[n], first) {
+            (Node::Record { fields, .. }, b'{') => {
+                sc.i += 1;
+                for (i, f) in fields.iter().enumerate() {
+                    if i > 0 {
+                        sc.eat(b',')?;
+                    }
+                    if sc.raw_string()? != f.name.as_bytes() {
+                        return None;
+                    }
+                    sc.eat(b':')?;
+                    self.stream(f.node, sc, out)?;
+                }
+                sc.eat(b'}')
+            }
+            (Node::Array(item), b'[') => {
+                sc.i += 1;
+                let at = out.len();
+                let mut count = 0i64;
+                if sc.peek()? != b']' {
+                    loop {
+                        self.stream(*item, sc, out)?;
+                        count += 1;
+                        if sc.peek()? != b',' {
+                            break;
+                        }
+                        sc.i += 1;
+                    }
+                }
+                sc.eat(b']')?;
+                block_count(out, at, count);
+                Some(())
+            }
+            (Node::Map(value), b'{') => {
+                sc.i += 1;
+                let at = out.len();
+                let mut count = 0i64;
+                if sc.peek()? != b'}' {
+                    loop {
+                        put_bytes(out, sc.plain_string()?.as_bytes());
+                        sc.eat(b':')?;
+                        self.stream(*value, sc, out)?;
+                        count += 1;
+                        if sc.peek()? != b',' {
+                            break;
+                        }
+                        sc.i += 1;
+                    }
+                }
+                sc.eat(b'}')?;
+                block_count(out, at, count);
+                Some(())
+            }
+            (Node::Union(branches), b'[' | b'{') => {
+                // The tree path's first candidate: the first branch that may take this kind
+                // (`AvroSchema::may_fit`).
+                let (i, b) = branches.iter().enumerate().find(|(_, b)| {
+                    matches!(
+                        (&self.nodes[**b], first),
+                        (Node::Array(_), b'[')
+                            | (Node::Map(_) | Node::Record { .. } | Node::Duration, b'{')
+                    )
+                })?;
+                put_long(out, i as i64);
+                self.stream(*b, sc, out)
+            }
+            (_, b'[' | b'{') => {
+                let text = sc.container()?;
+                let v = Json::parse(text).ok()?;
+                self.encode(n, &v, out).ok()
+            }
+            _ => {
+                let v = sc.scalar()?;
+                self.encode(n, &v, out).ok()
+            }
+        }
+    }
+}
+
+/// An array's or map's items were written from `at`: put their count (one block) before them
+/// and the end-of-blocks zero after, as the tree path writes them.
+fn block_count(out: &mut Vec<u8>, at: usize, count: i64) {
+    if count > 0 {
+        let mut head = Vec::with_capacity(10);
+        put_long(&mut head, count);
+        out.splice(at..at, head);
+    }
+    out.push(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every node kind, nested: records in arrays, maps and unions, logical types, a
+    /// recursive type.
+    const SCHEMA: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+        {"name":"id","type":"long"},
+        {"name":"n","type":"int"},
+        {"name":"customer","type":"string"},
+        {"name":"note","type":["null","string"],"default":null},
+        {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID"]}},
+        {"name":"items","type":{"type":"array","items":{"type":"record","name":"Item","fields":[
+            {"name":"sku","type":"string"},{"name":"qty","type":"int"}]}}},
+        {"name":"tags","type":{"type":"map","values":"double"}},
+        {"name":"f","type":"float"},
+        {"name":"ok","type":"boolean"},
+        {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}},
+        {"name":"cents","type":{"type":"fixed","name":"Cents","size":4,"logicalType":"decimal","precision":8,"scale":2}},
+        {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"day","type":{"type":"int","logicalType":"date"}},
+        {"name":"ref","type":{"type":"string","logicalType":"uuid"}},
+        {"name":"raw","type":"bytes"},
+        {"name":"hash","type":{"type":"fixed","name":"Hash","size":2}},
+        {"name":"wait","type":{"type":"fixed","name":"Wait","size":12,"logicalType":"duration"}},
+        {"name":"next","type":["null","Item"],"default":null},
+        {"name":"any","type":["null","long","string",{"type":"array","items":"long"},{"type":"map","values":"string"}]},
+        {"name":"list","type":["null",{"type":"record","name":"Node","fields":[
+            {"name":"v","type":"long"},{"name":"rest","type":["null","Node"]}]}]}
+    ]}"#;
+
+    /// The usual shape: every member in schema order.
+    const MEMBERS: &[(&str, &str)] = &[
+        ("id", "-7"),
+        ("n", "3"),
+        ("customer", r#""ä \"q\"""#),
+        ("note", "null"),
+        ("status", r#""PAID""#),
+        ("items", r#"[{"sku":"a","qty":2},{"sku":"b","qty":-1}]"#),
+        ("tags", r#"{"x":1.5,"y":-2}"#),
+        ("f", "0.25"),
+        ("ok", "true"),
+        ("price", r#""-12.30""#),
+        ("cents", r#""1.05""#),
+        ("at", r#""2026-12-05T01:02:03.456Z""#),
+        ("day", r#""1969-12-31""#),
+        ("ref", r#""123e4567-e89b-12d3-a456-426614174000""#),
+        ("raw", r#""AAH/""#),
+        ("hash", r#""AAE=""#),
+        ("wait", r#"{"months":1,"days":2,"millis":3}"#),
+        ("next", r#"{"sku":"c","qty":3}"#),
+        ("any", "[1,2]"),
+        ("list", r#"{"v":1,"rest":{"v":2,"rest":null}}"#),
+    ];
+
+    /// The members joined with `comma` and `colon`, member `name`'s value replaced by `value`.
+    fn text(name: &str, value: &str, comma: &str, colon: &str) -> String {
+        let body: Vec<String> = MEMBERS
+            .iter()
+            .map(|(k, v)| format!("\"{k}\"{colon}{}", if *k == name { value } else { v }))
+            .collect();
+        format!("{{{}}}", body.join(comma))
+    }
+
+    fn with(name: &str, value: &str) -> String {
+        text(name, value, ",", ":")
+    }
+
+    /// Both paths give the same bytes, or both the same error.
+    fn same(s: &AvroSchema, text: &[u8]) -> Result<(), String> {
+        let (mut fast, mut tree) = (vec![9], vec![9]);
+        let a = s.from_json(text, &mut fast).map_err(|e| e.to_string());
+        let b = s.encode_tree(text, &mut tree).map_err(|e| e.to_string());
+        assert_eq!(
+            (&a, &fast),
+            (&b, &tree),
+            "fast path and tree path differ on {}",
+            String::from_utf8_lossy(text)
+        );
+        a
+    }
+
+    /// Whether the fast path took the text by itself.
+    fn streams(s: &AvroSchema, text: &[u8]) -> bool {
+        let mut scan = Scan::new(text);
+        s.stream(s.root, &mut scan, &mut Vec::new()).is_some() && scan.at_end()
+    }
+
+    #[test]
+    fn the_fast_path_writes_what_the_tree_path_writes() {
+        let s = AvroSchema::parse(SCHEMA, &[]).unwrap();
+        let good = with("", "");
+        // The usual shape is taken by the fast path alone, and each variation of it too.
+        let usual = [
+            good.clone(),
+            text("", "", " ,\n\t", " : "),
+            format!("  {good}  \n"),
+            with("customer", r#""tab\there \u00e9 \ud83d\ude00""#),
+            with("note", r#""a note""#),
+            with("items", "[]"),
+            with("tags", "{}"),
+            with(
+                "tags",
+                r#"{"a":1e3,"b":-0,"c":0.1,"d":123456789012345678901234567890}"#,
+            ),
+            with("id", "-9223372036854775808"),
+            with("id", "9223372036854775807"),
+            with("id", "123456789012345678"),
+            with("f", "3"),
+            with("next", "null"),
+            with("any", "null"),
+            with("any", "-5"),
+            with("any", r#""text""#),
+            with("any", r#"{"k":"v","k2":"w"}"#),
+            with("price", "12.5"),
+            with("at", "1700000000000"),
+            with("day", "19000"),
+            with("list", "null"),
+        ];
+        for text in &usual {
+            same(&s, text.as_bytes()).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert!(
+                streams(&s, text.as_bytes()),
+                "the fast path gave up on {text}"
+            );
+        }
+        // Shapes it leaves to the tree path (same answers), and texts that do not fit.
+        let leaves = [
+            // Members out of order, a missing one with a default, one unknown, one twice.
+            good.replacen(r#""id":-7,"n":3,"#, r#""n":3,"id":-7,"#, 1),
+            good.replacen(r#""note":null,"#, "", 1),
+            good.replacen(r#""id":-7,"#, r#""id":-7,"extra":1,"#, 1),
+            good.replacen(r#""id":-7,"#, r#""id":-7,"id":-7,"#, 1),
+            good.replacen(r#""id""#, r#""\u0069d""#, 1),
+            // A union branch picked by name, a record branch that does not fit.
+            with("next", r#"{"shop.Item":{"sku":"c","qty":3}}"#),
+            with("any", r#"{"long":5}"#),
+            with("any", r#"{"k":1}"#),
+            // Values that do not fit.
+            with("id", "1.5"),
+            with("id", "-0"),
+            with("id", "9223372036854775808"),
+            with("id", r#""7""#),
+            with("n", "4294967296"),
+            with("status", r#""GONE""#),
+            with("items", r#"[{"sku":"a"}]"#),
+            with("items", r#"[{"sku":"a","qty":1},null]"#),
+            with("tags", r#"{"a":"b"}"#),
+            with("hash", r#""AAEC""#),
+            with("wait", r#"{"months":1}"#),
+            with("list", r#"{"v":1,"rest":{"v":"x","rest":null}}"#),
+            // Not JSON.
+            good.replacen("-7", "-07", 1),
+            good.replacen("-7", "07", 1),
+            good.replacen("-7", "-", 1),
+            good.replacen("0.25", "0.", 1),
+            good.replacen("0.25", "1e", 1),
+            good.replacen("true", "tru", 1),
+            good.replacen("true", "truex", 1),
+            good.replacen(r#""a","qty""#, "\"a\u{1}\",\"qty\"", 1),
+            good.replacen(r#""q\"""#, r#""q\x""#, 1),
+            good.replacen('}', "", 1),
+            format!("{good},"),
+            format!("{good}{{}}"),
+            good[..good.len() / 2].to_owned(),
+            String::new(),
+            "[]".to_owned(),
+            "null".to_owned(),
+        ];
+        for text in &leaves {
+            let _ = same(&s, text.as_bytes());
+        }
+        // Invalid UTF-8 in a string.
+        let mut bad = good.as_bytes().to_vec();
+        let at = good.find("ä").unwrap();
+        bad[at] = 0xff;
+        assert!(same(&s, &bad).is_err());
+        // Every prefix of the usual shape: the same answer both ways.
+        for end in 0..good.len() {
+            if good.is_char_boundary(end) {
+                let _ = same(&s, &good.as_bytes()[..end]);
+            }
+        }
+        // Numbers of every length for a map of doubles: the same value as serde_json reads.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let numbers: Vec<String> = (0..2000)
+            .map(|i| {
+                let (a, b) = (next() >> (next() % 64), next() >> (next() % 64));
+                let sign = if i % 3 == 0 { "-" } else { "" };
+                match i % 4 {
+                    0 => format!("{sign}{a}.{b}"),
+                    1 => format!("{sign}{}.{:0width$}", a % 1000, b % 100_000, width = i % 9 + 1),
+                    2 => format!("{sign}{a}e-{}", b % 30),
+                    _ => format!("{sign}0.{b}"),
+                }
+            })
+            .collect();
+        let map: Vec<String> = numbers
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("\"k{i}\":{n}"))
+            .collect();
+        let tags = with("tags", &format!("{{{}}}", map.join(",")));
+        same(&s, tags.as_bytes()).unwrap();
+        assert!(streams(&s, tags.as_bytes()));
+        // A recursive type nested deeper than the fast path goes: the same answer.
+        let mut deep = String::from("null");
+        for v in 0..200 {
+            deep = format!(r#"{{"v":{v},"rest":{deep}}}"#);
+        }
+        let _ = same(&s, with("list", &deep).as_bytes());
+    }
+}
