@@ -190,8 +190,7 @@ impl AvroSchema {
                 b => return Err(FitError::new(format!("boolean byte {b}"))),
             },
             Node::Int | Node::Long => {
-                let v = long(r)?;
-                let _ = itoa(out, v);
+                itoa(out, long(r)?);
             }
             Node::Float => {
                 let b = take(r, 4)?;
@@ -999,8 +998,8 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-fn itoa(out: &mut Vec<u8>, v: i64) -> std::fmt::Result {
-    write!(Text(out), "{v}")
+fn itoa(out: &mut Vec<u8>, v: i64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// `fmt::Write` into a byte buffer.
@@ -1040,7 +1039,15 @@ fn float_of(v: &Json<'_>) -> Option<f64> {
 }
 
 fn string(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(&mut *out, s).expect("writing text to memory");
+    if stream::plain_run(s.as_bytes()) == s.len() {
+        // Nothing to escape (the usual case): the text as it is, quoted.
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("writing text to memory");
+    }
 }
 
 fn quoted(s: &str) -> String {

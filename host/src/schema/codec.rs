@@ -251,11 +251,15 @@ pub(super) fn wire(
 
 /// The headers a decoded value carries: its schema's id, and the subject and version it is
 /// registered under when the registry says.
-fn schema_headers(schema: &Registered) -> Vec<Header> {
-    let mut headers = vec![Header {
+/// Adds the `weir.schema.*` headers of `schema` (its id, and its subject and version when the
+/// registry said).
+fn add_schema_headers(headers: &mut Vec<Header>, schema: &Registered) {
+    let number = |n: i64| itoa::Buffer::new().format(n).as_bytes().to_vec();
+    headers.reserve(3);
+    headers.push(Header {
         key: HEADER_ID.into(),
-        value: Some(schema.id.to_string().into_bytes()),
-    }];
+        value: Some(number(schema.id.into())),
+    });
     if let Some((subject, version)) = &schema.subject {
         headers.push(Header {
             key: HEADER_SUBJECT.into(),
@@ -263,10 +267,9 @@ fn schema_headers(schema: &Registered) -> Vec<Header> {
         });
         headers.push(Header {
             key: HEADER_VERSION.into(),
-            value: Some(version.to_string().into_bytes()),
+            value: Some(number((*version).into())),
         });
     }
-    headers
 }
 
 /// The schema kind a format names (`auto`: any).
@@ -667,7 +670,7 @@ impl Codecs {
         if let Some((json, schema)) = value {
             m.value = Some(json);
             m.headers.retain(|h| !h.key.starts_with("weir.schema."));
-            m.headers.extend(schema_headers(&schema));
+            add_schema_headers(&mut m.headers, &schema);
         }
         Ok(())
     }

@@ -227,7 +227,7 @@ fn all_zero(int: &[u8], frac: &[u8]) -> bool {
 
 /// How many bytes from the start are plain string content: not `"`, `\\` or a control
 /// character. Eight at a time (a word's bytes tested at once), then one at a time.
-fn plain_run(s: &[u8]) -> usize {
+pub(super) fn plain_run(s: &[u8]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
@@ -277,10 +277,16 @@ impl AvroSchema {
                     if i > 0 {
                         sc.eat(b',')?;
                     }
-                    if sc.raw_string()? != f.name.as_bytes() {
-                        return None;
+                    // `"name":` as the schema spells it, else the key read on its own.
+                    sc.ws();
+                    if sc.s[sc.i..].starts_with(f.key.as_bytes()) {
+                        sc.i += f.key.len();
+                    } else {
+                        if sc.raw_string()? != f.name.as_bytes() {
+                            return None;
+                        }
+                        sc.eat(b':')?;
                     }
-                    sc.eat(b':')?;
                     self.stream(f.node, sc, out)?;
                 }
                 sc.eat(b'}')
@@ -341,11 +347,67 @@ impl AvroSchema {
                 let v = Json::parse(text).ok()?;
                 self.encode(n, &v, out).ok()
             }
-            _ => {
-                let v = sc.scalar()?;
-                self.encode(n, &v, out).ok()
+            // The commonest scalars written here; the same bytes as `encode` writes for the
+            // value the token is, and `None` where `encode` would fail.
+            (Node::String, b'"') => {
+                let start = sc.i;
+                match sc.plain_string() {
+                    Some(text) => put_bytes(out, text.as_bytes()),
+                    None => {
+                        sc.i = start;
+                        return self.scalar(n, sc, out);
+                    }
+                }
+                Some(())
             }
+            (Node::Enum { symbols, .. }, b'"') => {
+                let start = sc.i;
+                match sc.plain_string() {
+                    Some(text) => {
+                        let i = symbols.iter().position(|x| x == text)?;
+                        put_long(out, i as i64);
+                    }
+                    None => {
+                        sc.i = start;
+                        return self.scalar(n, sc, out);
+                    }
+                }
+                Some(())
+            }
+            (Node::Long | Node::Int, b'-' | b'0'..=b'9') => {
+                let Json::Int(v) = sc.number()? else {
+                    return None;
+                };
+                if matches!(self.nodes[n], Node::Int) {
+                    i32::try_from(v).ok()?;
+                }
+                put_long(out, v);
+                Some(())
+            }
+            (Node::Double | Node::Float, b'-' | b'0'..=b'9') => {
+                let f = sc.number()?.as_f64()?;
+                if matches!(self.nodes[n], Node::Float) {
+                    out.extend_from_slice(&(f as f32).to_le_bytes());
+                } else {
+                    out.extend_from_slice(&f.to_le_bytes());
+                }
+                Some(())
+            }
+            (Node::Boolean, b't' | b'f') => {
+                let Json::Bool(b) = sc.scalar()? else {
+                    return None;
+                };
+                out.push(b as u8);
+                Some(())
+            }
+            _ => self.scalar(n, sc, out),
         }
+    }
+
+    /// A scalar written by `encode` from the value its token is.
+    fn scalar(&self, n: usize, sc: &mut Scan<'_>, out: &mut Vec<u8>) -> Option<()> {
+        let v = sc.scalar()?;
+        self.encode(n, &v, out).ok()
     }
 }
 
@@ -557,7 +619,12 @@ mod tests {
                 let sign = if i % 3 == 0 { "-" } else { "" };
                 match i % 4 {
                     0 => format!("{sign}{a}.{b}"),
-                    1 => format!("{sign}{}.{:0width$}", a % 1000, b % 100_000, width = i % 9 + 1),
+                    1 => format!(
+                        "{sign}{}.{:0width$}",
+                        a % 1000,
+                        b % 100_000,
+                        width = i % 9 + 1
+                    ),
                     2 => format!("{sign}{a}e-{}", b % 30),
                     _ => format!("{sign}0.{b}"),
                 }
