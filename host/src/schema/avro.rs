@@ -1110,7 +1110,8 @@ fn put_minimal_be(out: &mut Vec<u8>, v: i128) {
 }
 
 fn decimal_text(out: &mut Vec<u8>, unscaled: i128, scale: u32) {
-    let digits = unscaled.unsigned_abs().to_string();
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(unscaled.unsigned_abs());
     if unscaled < 0 {
         out.push(b'-');
     }
