@@ -166,12 +166,12 @@ __attribute__((constructor)) static void fixed_file_times(void) {
   if (sigaction(SIGSYS, &sa, 0) == 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
     failed = weir_raw_call(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, (long)&prog, 0, 0, 0);
   if (failed != 0)
-    fprintf(stderr, "reproducible.c: cannot fix file times (seccomp refused: %ld)\n", failed);
+    fprintf(stderr, "reproducible.c: cannot fix file times (seccomp refused: %ld): this build is not reproducible\n", failed);
 }
 #else
 __attribute__((constructor)) static void fixed_file_times(void) {
   const char *on = getenv("WEIR_FIXED_FILE_TIMES");
   if (on && strcmp(on, "1") == 0)
-    fprintf(stderr, "reproducible.c: file times are fixed on x86-64 Linux only\n");
+    fprintf(stderr, "reproducible.c: file times are fixed on x86-64 Linux only: this build is not reproducible\n");
 }
 #endif
