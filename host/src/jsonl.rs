@@ -97,7 +97,7 @@ pub fn parse_line(line: &str) -> Result<Message, ParseError> {
 fn parse_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
     let pair = |k: &str, v: &Value| -> Result<Header, ParseError> {
         Ok(Header {
-            key: k.to_owned(),
+            key: k.to_owned().into(),
             value: bytes_of("headers", v)?,
         })
     };
@@ -151,7 +151,7 @@ fn reject_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
         .into_iter()
         .filter_map(|(k, v)| {
             v.map(|v| Header {
-                key: k.to_owned(),
+                key: k.to_owned().into(),
                 value: Some(v.into_bytes()),
             })
         })

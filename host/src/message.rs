@@ -1,12 +1,14 @@
 //! The host's message: what flows between source, stages and sinks.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// One message header (Kafka allows null values).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
-    /// Header name.
-    pub key: String,
+    /// Header name: borrowed for the host's own (`weir.schema.id`, …), so adding one does not
+    /// allocate its name.
+    pub key: Cow<'static, str>,
     /// Header value.
     pub value: Option<Vec<u8>>,
 }
@@ -41,9 +43,7 @@ impl Message {
 
     /// Headers as the packed writers take them.
     pub fn header_pairs(&self) -> impl ExactSizeIterator<Item = (&str, Option<&[u8]>)> {
-        self.headers
-            .iter()
-            .map(|h| (h.key.as_str(), h.value.as_deref()))
+        self.headers.iter().map(|h| (&*h.key, h.value.as_deref()))
     }
 }
 

@@ -464,7 +464,7 @@ impl StageInstance {
                                 .headers
                                 .iter()
                                 .map(|(k, v)| Header {
-                                    key: k.to_owned(),
+                                    key: k.to_owned().into(),
                                     value: v.map(<[u8]>::to_vec),
                                 })
                                 .collect(),
@@ -536,7 +536,7 @@ impl StageInstance {
                             .headers
                             .into_iter()
                             .map(|h| Header {
-                                key: h.key,
+                                key: h.key.into(),
                                 value: h.value,
                             })
                             .collect(),

@@ -12,7 +12,7 @@ pub fn message_of(m: &BorrowedMessage<'_>) -> Message {
         headers: m.headers().map_or_else(Vec::new, |hs| {
             hs.iter()
                 .map(|h| Header {
-                    key: h.key.to_owned(),
+                    key: h.key.to_owned().into(),
                     value: h.value.map(<[u8]>::to_vec),
                 })
                 .collect()
