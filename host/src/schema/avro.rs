@@ -167,9 +167,10 @@ impl AvroSchema {
     /// shape ([`stream`]), else through a parsed tree (which also says what does not fit).
     pub fn from_json(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
         let start = out.len();
-        let mut scan = stream::Scan::new(json);
-        if self.stream(self.root, &mut scan, out).is_some() && scan.at_end() {
-            return Ok(());
+        if let Some(mut scan) = stream::Scan::new(json) {
+            if self.stream(self.root, &mut scan, out).is_some() && scan.at_end() {
+                return Ok(());
+            }
         }
         out.truncate(start);
         self.encode_tree(json, out)

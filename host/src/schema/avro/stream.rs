@@ -16,6 +16,9 @@ use crate::schema::json::Json;
 
 /// A cursor over JSON text. `None` from any method: give up (not the common shape, or not JSON).
 pub(super) struct Scan<'a> {
+    /// The text, checked as UTF-8 once (so a string's bytes need no check of their own)…
+    text: &'a str,
+    /// …and as bytes.
     s: &'a [u8],
     i: usize,
     /// Containers open around the cursor: past [`MAX_DEPTH`] it gives up (the tree path's
@@ -26,8 +29,15 @@ pub(super) struct Scan<'a> {
 const MAX_DEPTH: usize = 64;
 
 impl<'a> Scan<'a> {
-    pub(super) fn new(s: &'a [u8]) -> Self {
-        Scan { s, i: 0, depth: 0 }
+    /// `None` when the text is not UTF-8 (so not JSON).
+    pub(super) fn new(s: &'a [u8]) -> Option<Self> {
+        let text = std::str::from_utf8(s).ok()?;
+        Some(Scan {
+            text,
+            s,
+            i: 0,
+            depth: 0,
+        })
     }
 
     fn ws(&mut self) {
@@ -51,20 +61,20 @@ impl<'a> Scan<'a> {
         self.i == self.s.len()
     }
 
-    /// The bytes of a string without escapes or control characters (not checked as UTF-8);
-    /// `None` for any other.
+    /// [`Scan::plain_string`]'s bytes.
     fn raw_string(&mut self) -> Option<&'a [u8]> {
+        self.plain_string().map(str::as_bytes)
+    }
+
+    /// A string without escapes or control characters; `None` for any other.
+    fn plain_string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
         self.i += plain_run(&self.s[start..]);
         (self.s.get(self.i)? == &b'"').then_some(())?;
         self.i += 1;
-        Some(&self.s[start..self.i - 1])
-    }
-
-    /// A string without escapes; `None` for any other.
-    fn plain_string(&mut self) -> Option<&'a str> {
-        std::str::from_utf8(self.raw_string()?).ok()
+        // Both ends are next to a quote, so on character boundaries.
+        self.text.get(start..self.i - 1)
     }
 
     /// A string, unescaped by serde_json when it has escapes.
@@ -506,7 +516,9 @@ mod tests {
 
     /// Whether the fast path took the text by itself.
     fn streams(s: &AvroSchema, text: &[u8]) -> bool {
-        let mut scan = Scan::new(text);
+        let Some(mut scan) = Scan::new(text) else {
+            return false;
+        };
         s.stream(s.root, &mut scan, &mut Vec::new()).is_some() && scan.at_end()
     }
 
