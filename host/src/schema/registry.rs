@@ -126,7 +126,8 @@ pub struct Registry {
     agent: ureq::Agent,
     auth: Option<String>,
     ttl: Duration,
-    by_id: RwLock<HashMap<u32, Arc<Registered>>>,
+    /// Looked up once per decoded message: a fast hash for the small integer key.
+    by_id: RwLock<HashMap<u32, Arc<Registered>, foldhash::fast::RandomState>>,
     by_subject: Mutex<HashMap<String, (Instant, Arc<Registered>)>>,
     metrics: Option<Arc<Metrics>>,
 }
