@@ -61,11 +61,6 @@ impl<'a> Scan<'a> {
         self.i == self.s.len()
     }
 
-    /// [`Scan::plain_string`]'s bytes.
-    fn raw_string(&mut self) -> Option<&'a [u8]> {
-        self.plain_string().map(str::as_bytes)
-    }
-
     /// A string without escapes or control characters; `None` for any other.
     fn plain_string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
@@ -85,8 +80,18 @@ impl<'a> Scan<'a> {
         }
         // Escapes: find the closing quote, then let serde_json read (and check) the whole.
         self.i = start;
-        self.eat(b'"')?;
-        let open = self.i - 1;
+        self.ws();
+        let open = self.i;
+        self.skip_string()?;
+        serde_json::from_slice::<String>(self.s.get(open..self.i)?)
+            .ok()
+            .map(Cow::Owned)
+    }
+
+    /// Moves past the string whose opening quote is at the cursor (escapes skipped, not read).
+    fn skip_string(&mut self) -> Option<()> {
+        (self.s.get(self.i)? == &b'"').then_some(())?;
+        self.i += 1;
         loop {
             match *self.s.get(self.i)? {
                 b'"' => break,
@@ -95,9 +100,7 @@ impl<'a> Scan<'a> {
             }
         }
         self.i += 1;
-        serde_json::from_slice::<String>(self.s.get(open..self.i)?)
-            .ok()
-            .map(Cow::Owned)
+        Some(())
     }
 
     /// A number: `Int` when it is an integer that fits i64 and serde_json would say so,
@@ -118,7 +121,6 @@ impl<'a> Scan<'a> {
             return None;
         }
         self.i = int_end;
-        let mut integer = true;
         let mut frac: &[u8] = &[];
         let mut exp = false;
         if self.s.get(self.i) == Some(&b'.') {
@@ -128,7 +130,6 @@ impl<'a> Scan<'a> {
             }
             frac = &self.s[self.i + 1..end];
             self.i = end;
-            integer = false;
         }
         if let Some(b'e' | b'E') = self.s.get(self.i) {
             exp = true;
@@ -141,8 +142,8 @@ impl<'a> Scan<'a> {
                 return None;
             }
             self.i = end;
-            integer = false;
         }
+        let integer = frac.is_empty() && !exp;
         let token = &self.s[start..self.i];
         let value = |digits: &mut dyn Iterator<Item = &u8>| {
             digits.fold(0i64, |v, d| v * 10 + (d - b'0') as i64)
@@ -152,12 +153,9 @@ impl<'a> Scan<'a> {
             let v = value(&mut int.iter());
             return Some(Json::Int(if neg { -v } else { v }));
         }
-        if !integer
-            && int.len() + frac.len() <= 15
-            && frac.len() <= 22
-            && !exp
-            && !(neg && all_zero(int, frac))
-        {
+        let short_decimal = !frac.is_empty() && !exp && int.len() + frac.len() <= 15;
+        let negative_zero = neg && all_zero(int, frac);
+        if short_decimal && !negative_zero {
             // At most 15 digits (exact in f64) over a power of ten that f64 holds exactly: one
             // correctly rounded division, which is what any exact reader gives (serde_json's
             // too, on this path).
@@ -201,14 +199,8 @@ impl<'a> Scan<'a> {
         loop {
             match *self.s.get(self.i)? {
                 b'"' => {
-                    self.i += 1;
-                    loop {
-                        match *self.s.get(self.i)? {
-                            b'"' => break,
-                            b'\\' => self.i += 2,
-                            _ => self.i += 1,
-                        }
-                    }
+                    self.skip_string()?;
+                    continue;
                 }
                 b'[' | b'{' => depth += 1,
                 b']' | b'}' => {
@@ -292,7 +284,7 @@ impl AvroSchema {
                     if sc.s[sc.i..].starts_with(f.key.as_bytes()) {
                         sc.i += f.key.len();
                     } else {
-                        if sc.raw_string()? != f.name.as_bytes() {
+                        if sc.plain_string()? != f.name {
                             return None;
                         }
                         sc.eat(b':')?;
@@ -302,43 +294,13 @@ impl AvroSchema {
                 sc.eat(b'}')
             }
             (Node::Array(item), b'[') => {
-                sc.i += 1;
-                let at = out.len();
-                let mut count = 0i64;
-                if sc.peek()? != b']' {
-                    loop {
-                        self.stream(*item, sc, out)?;
-                        count += 1;
-                        if sc.peek()? != b',' {
-                            break;
-                        }
-                        sc.i += 1;
-                    }
-                }
-                sc.eat(b']')?;
-                block_count(out, at, count);
-                Some(())
+                self.block(sc, out, b']', |sc, out| self.stream(*item, sc, out))
             }
-            (Node::Map(value), b'{') => {
-                sc.i += 1;
-                let at = out.len();
-                let mut count = 0i64;
-                if sc.peek()? != b'}' {
-                    loop {
-                        put_bytes(out, sc.plain_string()?.as_bytes());
-                        sc.eat(b':')?;
-                        self.stream(*value, sc, out)?;
-                        count += 1;
-                        if sc.peek()? != b',' {
-                            break;
-                        }
-                        sc.i += 1;
-                    }
-                }
-                sc.eat(b'}')?;
-                block_count(out, at, count);
-                Some(())
-            }
+            (Node::Map(value), b'{') => self.block(sc, out, b'}', |sc, out| {
+                put_bytes(out, sc.plain_string()?.as_bytes());
+                sc.eat(b':')?;
+                self.stream(*value, sc, out)
+            }),
             (Node::Union(branches), b'[' | b'{') => {
                 // The tree path's first candidate: the first branch that may take this kind
                 // (`AvroSchema::may_fit`).
@@ -414,22 +376,44 @@ impl AvroSchema {
         }
     }
 
+    /// An array's or map's comma-separated items up to `close` (the cursor is on the opening
+    /// bracket), each written by `item`, as the tree path writes them: one block (the count,
+    /// then the items; none for no items) and the end-of-blocks zero.
+    fn block(
+        &self,
+        sc: &mut Scan<'_>,
+        out: &mut Vec<u8>,
+        close: u8,
+        mut item: impl FnMut(&mut Scan<'_>, &mut Vec<u8>) -> Option<()>,
+    ) -> Option<()> {
+        sc.i += 1;
+        let at = out.len();
+        let mut count = 0i64;
+        if sc.peek()? != close {
+            loop {
+                item(sc, out)?;
+                count += 1;
+                if sc.peek()? != b',' {
+                    break;
+                }
+                sc.i += 1;
+            }
+        }
+        sc.eat(close)?;
+        if count > 0 {
+            let mut head = Vec::with_capacity(10);
+            put_long(&mut head, count);
+            out.splice(at..at, head);
+        }
+        out.push(0);
+        Some(())
+    }
+
     /// A scalar written by `encode` from the value its token is.
     fn scalar(&self, n: usize, sc: &mut Scan<'_>, out: &mut Vec<u8>) -> Option<()> {
         let v = sc.scalar()?;
         self.encode(n, &v, out).ok()
     }
-}
-
-/// An array's or map's items were written from `at`: put their count (one block) before them
-/// and the end-of-blocks zero after, as the tree path writes them.
-fn block_count(out: &mut Vec<u8>, at: usize, count: i64) {
-    if count > 0 {
-        let mut head = Vec::with_capacity(10);
-        put_long(&mut head, count);
-        out.splice(at..at, head);
-    }
-    out.push(0);
 }
 
 #[cfg(test)]
