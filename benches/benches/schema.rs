@@ -24,7 +24,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use weir::message::{Envelope, Lane, Message};
 use weir::metrics::Metrics;
 use weir::schema::devserver::DevRegistry;
-use weir::schema::Codecs;
+use weir::schema::{Codecs, LastTarget};
 use weir_tests::plugins::PASSTHROUGH;
 
 const BATCH: usize = 256;
@@ -194,8 +194,10 @@ fn schema(c: &mut Criterion) {
             b.iter_batched(
                 || batch(wire),
                 |mut input| {
+                    // As the chain decodes a batch.
+                    let mut decoding = codecs.decoding();
                     for e in &mut input {
-                        codecs.decode(&mut e.msg).expect("decodes");
+                        decoding.decode(&mut e.msg).expect("decodes");
                     }
                     input
                 },
@@ -207,9 +209,11 @@ fn schema(c: &mut Criterion) {
             b.iter_batched(
                 || batch(&texts),
                 |input| {
+                    // As the chain encodes a batch's outputs.
+                    let mut last = LastTarget::default();
                     input
                         .iter()
-                        .map(|e| encoder.encode(&e.msg).expect("fits"))
+                        .map(|e| encoder.encode_after(&e.msg, &mut last).expect("fits"))
                         .collect::<Vec<_>>()
                 },
                 BatchSize::SmallInput,

@@ -9,7 +9,7 @@ use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
 use crate::rollout::answer::{self, Candidate};
 use crate::rollout::{Rollout, StageSlot};
-use crate::schema::Codecs;
+use crate::schema::{Codecs, LastTarget};
 
 /// Outcome counts of one stage.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -553,8 +553,9 @@ fn state_error(stage: &str) -> impl Fn(crate::state::StoreError) -> InstanceErro
 fn decode_batch(codecs: &Codecs, batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Rejected>) {
     let mut rejected = Vec::new();
     let mut kept = Vec::with_capacity(batch.len());
+    let mut decoding = codecs.decoding();
     for mut e in batch {
-        match codecs.decode(&mut e.msg) {
+        match decoding.decode(&mut e.msg) {
             Ok(()) => kept.push(e),
             Err(r) => rejected.push(Rejected {
                 env: e,
@@ -572,14 +573,19 @@ fn decode_batch(codecs: &Codecs, batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Re
 /// registry cannot be reached for an output's subject, the lane holds here and asks again with
 /// backoff (nothing is rejected for it).
 fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput) {
-    let side = |enc: &Option<crate::schema::Encoder>, msg: &crate::message::Message| {
-        enc.as_ref().map(|enc| encode_held(enc, msg)).transpose()
+    let side = |enc: &Option<crate::schema::Encoder>,
+                msg: &crate::message::Message,
+                last: &mut LastTarget| {
+        enc.as_ref()
+            .map(|enc| encode_held(enc, msg, last))
+            .transpose()
     };
+    let (mut last_key, mut last_value) = (LastTarget::default(), LastTarget::default());
     let mut kept = Vec::with_capacity(out.outputs.len());
     for mut e in out.outputs.drain(..) {
         // Both sides first: neither is applied unless both fit.
-        let encoded = side(&codecs.encode_key, &e.msg)
-            .and_then(|key| Ok((key, side(&codecs.encode, &e.msg)?)));
+        let encoded = side(&codecs.encode_key, &e.msg, &mut last_key)
+            .and_then(|key| Ok((key, side(&codecs.encode, &e.msg, &mut last_value)?)));
         match encoded {
             Ok((key, value)) => {
                 if let Some(key) = key {
@@ -606,11 +612,12 @@ fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput) {
 fn encode_held(
     enc: &crate::schema::Encoder,
     msg: &crate::message::Message,
+    last: &mut LastTarget,
 ) -> Result<Option<Vec<u8>>, crate::schema::CodecReject> {
     let mut wait = Duration::from_millis(100);
     let mut held = false;
     let encoded = loop {
-        match enc.encode(msg) {
+        match enc.encode_after(msg, last) {
             Err(Err(why)) => {
                 if !held {
                     held = true;

@@ -64,7 +64,7 @@ enum Unit {
 struct Field {
     name: String,
     /// `"name":` ready to write.
-    key: Box<str>,
+    key: Key,
     node: usize,
     default: Option<Json<'static>>,
 }
@@ -110,6 +110,67 @@ enum Node {
     Placeholder,
 }
 
+/// A record member's `"name":` as JSON text, kept in 16-byte pieces (the last padded with
+/// zeros), so that writing and matching it are a few fixed-size moves, not a call per field.
+#[derive(Debug)]
+struct Key {
+    len: usize,
+    pieces: Box<[[u8; 16]]>,
+}
+
+impl Key {
+    fn new(text: &[u8]) -> Self {
+        let mut pieces = vec![[0u8; 16]; text.len().div_ceil(16).max(1)];
+        pieces.as_flattened_mut()[..text.len()].copy_from_slice(text);
+        Key {
+            len: text.len(),
+            pieces: pieces.into(),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.pieces.as_flattened()[..self.len]
+    }
+
+    /// Appends the key.
+    fn put(&self, out: &mut Vec<u8>) {
+        let at = out.len();
+        for p in &self.pieces {
+            out.extend_from_slice(p);
+        }
+        out.truncate(at + self.len);
+    }
+
+    /// Whether `s` starts with the key.
+    fn starts(&self, s: &[u8]) -> bool {
+        let n = self.pieces.len();
+        if s.len() < n * 16 {
+            return s.starts_with(self.as_bytes());
+        }
+        let mut diff = 0u128;
+        for (i, p) in self.pieces.iter().enumerate() {
+            let c: [u8; 16] = s[i * 16..i * 16 + 16].try_into().expect("16 bytes");
+            let mut d = u128::from_le_bytes(c) ^ u128::from_le_bytes(*p);
+            let left = self.len - i * 16;
+            if left < 16 {
+                d &= (1u128 << (8 * left)) - 1;
+            }
+            diff |= d;
+        }
+        diff == 0
+    }
+}
+
+impl Node {
+    /// An array, a map, a record or a union: a node with nodes inside.
+    fn is_container(&self) -> bool {
+        matches!(
+            self,
+            Node::Array(_) | Node::Map(_) | Node::Record { .. } | Node::Union(_)
+        )
+    }
+}
+
 /// A compiled Avro schema.
 #[derive(Debug)]
 pub struct AvroSchema {
@@ -117,6 +178,9 @@ pub struct AvroSchema {
     root: usize,
     /// Named types' indices by full name (for union branches chosen by name).
     names: HashMap<String, usize>,
+    /// The JSON text of a datum is about this much longer than three times its binary
+    /// form: its records' member names (the decoder's first guess of the text's size).
+    names_len: usize,
 }
 
 impl AvroSchema {
@@ -132,10 +196,20 @@ impl AvroSchema {
         let v: Value =
             serde_json::from_str(text).map_err(|e| SchemaError(format!("not JSON: {e}")))?;
         let root = b.node(&v, None)?;
+        let names_len = b
+            .nodes
+            .iter()
+            .map(|n| match n {
+                Node::Record { fields, .. } => fields.iter().map(|f| f.key.len + 1).sum(),
+                _ => 0,
+            })
+            .sum::<usize>()
+            .min(4096);
         Ok(AvroSchema {
             nodes: b.nodes,
             root,
             names: b.names,
+            names_len,
         })
     }
 
@@ -153,6 +227,8 @@ impl AvroSchema {
 
     /// Appends the JSON text of one binary-encoded datum; the whole input must be used.
     pub fn to_json(&self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
+        // Mostly one allocation: numbers and dates grow about threefold, names are added.
+        out.reserve(input.len() * 3 + self.names_len + 16);
         self.write_json(self.root, &mut input, out)?;
         if !input.is_empty() {
             return Err(FitError::new(format!(
@@ -184,48 +260,6 @@ impl AvroSchema {
 
     fn write_json(&self, n: usize, r: &mut &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
         match &self.nodes[n] {
-            Node::Null | Node::Placeholder => out.extend_from_slice(b"null"),
-            Node::Boolean => match take(r, 1)?[0] {
-                0 => out.extend_from_slice(b"false"),
-                1 => out.extend_from_slice(b"true"),
-                b => return Err(FitError::new(format!("boolean byte {b}"))),
-            },
-            Node::Int | Node::Long => {
-                itoa(out, long(r)?);
-            }
-            Node::Float => {
-                let b = take(r, 4)?;
-                float(
-                    out,
-                    f32::from_le_bytes(b.try_into().expect("4 bytes")) as f64,
-                );
-            }
-            Node::Double => {
-                let b = take(r, 8)?;
-                float(out, f64::from_le_bytes(b.try_into().expect("8 bytes")));
-            }
-            Node::Bytes => {
-                let b = bytes(r)?;
-                base64_json(out, b);
-            }
-            Node::Fixed(size) => {
-                let b = take(r, *size)?;
-                base64_json(out, b);
-            }
-            Node::String => {
-                let b = bytes(r)?;
-                let s = std::str::from_utf8(b)
-                    .map_err(|_| FitError::new("a string that is not UTF-8"))?;
-                string(out, s);
-            }
-            Node::Enum { symbols, .. } => {
-                let i = long(r)?;
-                let s = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| symbols.get(i))
-                    .ok_or_else(|| FitError::new(format!("enum index {i} out of range")))?;
-                string(out, s);
-            }
             Node::Array(item) => {
                 out.push(b'[');
                 let mut i = 0usize;
@@ -263,9 +297,14 @@ impl AvroSchema {
                     if i > 0 {
                         out.push(b',');
                     }
-                    out.extend_from_slice(f.key.as_bytes());
-                    self.write_json(f.node, r, out)
-                        .map_err(|e| e.within(&format!(".{}", f.name)))?;
+                    f.key.put(out);
+                    let node = &self.nodes[f.node];
+                    if node.is_container() {
+                        self.write_json(f.node, r, out)
+                    } else {
+                        Self::write_scalar(node, r, out)
+                    }
+                    .map_err(|e| e.within(&format!(".{}", f.name)))?;
                 }
                 out.push(b'}');
             }
@@ -276,6 +315,57 @@ impl AvroSchema {
                     .and_then(|i| branches.get(i))
                     .ok_or_else(|| FitError::new(format!("union branch {i} out of range")))?;
                 self.write_json(*b, r, out)?;
+            }
+            scalar => Self::write_scalar(scalar, r, out)?,
+        }
+        Ok(())
+    }
+
+    /// Writes a scalar node's JSON (a small function: records call it per field without the
+    /// containers' larger frame).
+    fn write_scalar(node: &Node, r: &mut &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
+        match node {
+            Node::Null | Node::Placeholder => out.extend_from_slice(b"null"),
+            Node::Boolean => match take(r, 1)?[0] {
+                0 => out.extend_from_slice(b"false"),
+                1 => out.extend_from_slice(b"true"),
+                b => return Err(FitError::new(format!("boolean byte {b}"))),
+            },
+            Node::Int | Node::Long => {
+                itoa(out, long(r)?);
+            }
+            Node::Float => {
+                let b = take(r, 4)?;
+                float(
+                    out,
+                    f32::from_le_bytes(b.try_into().expect("4 bytes")) as f64,
+                );
+            }
+            Node::Double => {
+                let b = take(r, 8)?;
+                float(out, f64::from_le_bytes(b.try_into().expect("8 bytes")));
+            }
+            Node::Bytes => {
+                let b = bytes(r)?;
+                base64_json(out, b);
+            }
+            Node::Fixed(size) => {
+                let b = take(r, *size)?;
+                base64_json(out, b);
+            }
+            Node::String => {
+                let b = bytes(r)?;
+                if !utf8_string(out, b) {
+                    return Err(FitError::new("a string that is not UTF-8"));
+                }
+            }
+            Node::Enum { symbols, .. } => {
+                let i = long(r)?;
+                let s = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| symbols.get(i))
+                    .ok_or_else(|| FitError::new(format!("enum index {i} out of range")))?;
+                string(out, s);
             }
             Node::Decimal { scale, fixed } => {
                 let b = match fixed {
@@ -367,6 +457,9 @@ impl AvroSchema {
                     u(4),
                     u(8)
                 );
+            }
+            Node::Array(_) | Node::Map(_) | Node::Record { .. } | Node::Union(_) => {
+                unreachable!("containers are written by write_json")
             }
         }
         Ok(())
@@ -583,28 +676,27 @@ impl AvroSchema {
             }
             Node::Timestamp { unit, local } => {
                 let n = match v {
-                    Json::Str(s) if fast_timestamp(s, *local).is_some() => {
-                        let (secs, nanos) = fast_timestamp(s, *local).expect("checked");
-                        in_units(secs, nanos, *unit, s)?
-                    }
-                    Json::Str(s) => {
-                        let t = if *local {
-                            chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
-                                .map(|t| t.and_utc())
-                                .ok()
-                        } else {
-                            chrono::DateTime::parse_from_rfc3339(s)
-                                .map(|t| t.to_utc())
-                                .ok()
+                    Json::Str(s) => match fast_timestamp(s, *local) {
+                        Some((secs, nanos)) => in_units(secs, nanos, *unit, s)?,
+                        None => {
+                            let t = if *local {
+                                chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
+                                    .map(|t| t.and_utc())
+                                    .ok()
+                            } else {
+                                chrono::DateTime::parse_from_rfc3339(s)
+                                    .map(|t| t.to_utc())
+                                    .ok()
+                            }
+                            .ok_or_else(|| {
+                                FitError::new(format!(
+                                    "`{s}` is not a {}timestamp",
+                                    if *local { "local " } else { "RFC 3339 " }
+                                ))
+                            })?;
+                            in_units(t.timestamp(), t.timestamp_subsec_nanos() as i64, *unit, s)?
                         }
-                        .ok_or_else(|| {
-                            FitError::new(format!(
-                                "`{s}` is not a {}timestamp",
-                                if *local { "local " } else { "RFC 3339 " }
-                            ))
-                        })?;
-                        in_units(t.timestamp(), t.timestamp_subsec_nanos() as i64, *unit, s)?
-                    }
+                    },
                     _ => v.as_i64().ok_or_else(|| want("a timestamp"))?,
                 };
                 put_long(out, n);
@@ -886,7 +978,7 @@ impl Builder {
                             key.push(b':');
                             fields.push(Field {
                                 name: fname.to_owned(),
-                                key: String::from_utf8(key).expect("JSON text").into(),
+                                key: Key::new(&key),
                                 node,
                                 default: f.get("default").map(Json::from_value),
                             });
@@ -1022,9 +1114,54 @@ fn float(out: &mut Vec<u8>, f: f64) {
         } else {
             b"\"-Infinity\""
         });
-    } else {
+    } else if !short_float(out, f) {
         serde_json::to_writer(&mut *out, &f).expect("writing a number to memory");
     }
+}
+
+/// Writes a double that is a decimal of at most 15 digits, 4 of them after the point (a
+/// price, a weight, a ratio), as serde_json would (its shortest form that reads back the
+/// same), without the general algorithm; false (nothing written) for any other.
+///
+/// With at most 15 significant digits, no other decimal as short reads back as the same
+/// double, so the first scale at which the double is an integer over a power of ten that
+/// reads back exactly gives the shortest form (trailing zeros taken off).
+fn short_float(out: &mut Vec<u8>, f: f64) -> bool {
+    let a = f.abs();
+    if !(1e-3..1e11).contains(&a) {
+        return false;
+    }
+    for (k, p) in stream::POW10[..5].iter().enumerate() {
+        let m = a * p;
+        let mi = m as u64;
+        if mi as f64 != m || mi as f64 / p != a {
+            continue;
+        }
+        if f < 0.0 {
+            out.push(b'-');
+        }
+        let mut buffer = itoa::Buffer::new();
+        let digits = buffer.format(mi).as_bytes();
+        let (int, frac) = if digits.len() > k {
+            digits.split_at(digits.len() - k)
+        } else {
+            (&b"0"[..], digits)
+        };
+        out.extend_from_slice(int);
+        out.push(b'.');
+        out.extend(std::iter::repeat_n(b'0', k.saturating_sub(digits.len())));
+        let frac = match frac.iter().rposition(|&d| d != b'0') {
+            Some(last) => &frac[..=last],
+            None => &b""[..],
+        };
+        if frac.is_empty() && k.saturating_sub(digits.len()) == 0 {
+            out.push(b'0');
+        } else {
+            out.extend_from_slice(frac);
+        }
+        return true;
+    }
+    false
 }
 
 fn float_of(v: &Json<'_>) -> Option<f64> {
@@ -1048,6 +1185,25 @@ fn string(out: &mut Vec<u8>, s: &str) {
         out.push(b'"');
     } else {
         serde_json::to_writer(&mut *out, s).expect("writing text to memory");
+    }
+}
+
+/// A string's bytes as JSON text; false (nothing written) when they are not UTF-8.
+fn utf8_string(out: &mut Vec<u8>, b: &[u8]) -> bool {
+    if stream::plain_ascii_run(b) == b.len() {
+        // ASCII with nothing to escape (the usual case): the bytes as they are, quoted.
+        out.reserve(b.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(b);
+        out.push(b'"');
+        return true;
+    }
+    match std::str::from_utf8(b) {
+        Ok(s) => {
+            string(out, s);
+            true
+        }
+        Err(_) => false,
     }
 }
 
@@ -1148,6 +1304,11 @@ fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
             )))
         }
     };
+    decimal_from(text, scale)
+}
+
+/// [`decimal_of`] text.
+fn decimal_from(text: &str, scale: u32) -> Result<i128, FitError> {
     let bad = || {
         FitError::new(format!(
             "`{text}` is not a decimal with at most {scale} fraction digits"
@@ -1487,6 +1648,69 @@ mod tests {
         let mut b = Vec::new();
         s.from_json(br#"{"B":{}}"#, &mut b).unwrap();
         assert_eq!(b, [4]);
+    }
+
+    #[test]
+    fn short_doubles_are_written_as_serde_json_writes_them() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut values = vec![
+            0.1,
+            0.2,
+            0.3,
+            1.25,
+            37.5,
+            100.0,
+            0.001,
+            0.0015,
+            0.05,
+            99_999_999_999.999_9,
+            1e-3,
+            1e11,
+            1e10,
+            123_456.789_1,
+            0.000_999_9,
+            2.0f64.powi(40),
+            1.0 / 3.0,
+        ];
+        for i in 0..200_000u64 {
+            let r = next();
+            let k = (r % 7) as i32;
+            let m = (next() >> (next() % 64)) % 1_000_000_000_000_000;
+            values.push(match i % 4 {
+                // Decimals of every scale, as a producer writes prices and weights.
+                0 | 1 => m as f64 / 10f64.powi(k),
+                2 => (m % 100_000) as f64 / 10f64.powi(k),
+                // Any double.
+                _ => f64::from_bits(r),
+            });
+        }
+        let mut fast = 0;
+        for v in values {
+            for v in [v, -v] {
+                let mut ours = Vec::new();
+                float(&mut ours, v);
+                let mut theirs = Vec::new();
+                if v.is_finite() {
+                    serde_json::to_writer(&mut theirs, &v).unwrap();
+                } else {
+                    continue;
+                }
+                assert_eq!(
+                    String::from_utf8_lossy(&ours),
+                    String::from_utf8_lossy(&theirs),
+                    "{v:e}"
+                );
+                fast += usize::from(short_float(&mut Vec::new(), v));
+            }
+        }
+        // The fast path is taken (else this test checks nothing of it).
+        assert!(fast > 100_000, "{fast} of the values took the fast path");
     }
 
     #[test]

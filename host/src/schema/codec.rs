@@ -140,7 +140,16 @@ impl Decoder {
     /// The JSON text of one side's bytes and its schema (counted when it fails). Uses
     /// only what [`Decoder::fetch`] cached.
     pub fn decode(&self, bytes: &[u8]) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
-        let r = self.decode_bytes(bytes);
+        let mut recent = Recent::default();
+        let json = self.decode_recent(bytes, &mut recent)?;
+        Ok((json, recent.schema.expect("set by a decode")))
+    }
+
+    /// [`Decoder::decode`] with the schema of the side's last record at hand: a batch is
+    /// mostly one schema, so a record with the same id asks no cache (no lock, no map).
+    /// `recent` holds this record's schema afterwards.
+    fn decode_recent(&self, bytes: &[u8], recent: &mut Recent) -> Result<Vec<u8>, CodecReject> {
+        let r = self.decode_bytes(bytes, recent);
         if let (Err(e), Some(metrics)) = (&r, &self.metrics) {
             metrics
                 .schema_failures
@@ -150,7 +159,7 @@ impl Decoder {
         r
     }
 
-    fn decode_bytes(&self, bytes: &[u8]) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
+    fn decode_bytes(&self, bytes: &[u8], recent: &mut Recent) -> Result<Vec<u8>, CodecReject> {
         let side = if self.key { "key" } else { "value" };
         if self.local {
             if let Some(local) = super::local::parse(bytes) {
@@ -163,22 +172,30 @@ impl Decoder {
                     text: format!("{side}: {e}"),
                 })?;
                 let encoded = super::local::encode(&schema, &r, side)?;
-                return self.decode_wire(side, &encoded);
+                return self.decode_wire(side, &encoded, recent);
             }
         }
-        self.decode_wire(side, bytes)
+        self.decode_wire(side, bytes, recent)
     }
 
     fn decode_wire(
         &self,
         side: &str,
         bytes: &[u8],
-    ) -> Result<(Vec<u8>, Arc<Registered>), CodecReject> {
+        recent: &mut Recent,
+    ) -> Result<Vec<u8>, CodecReject> {
         let id = schema_id(bytes).map_err(|e| CodecReject {
             text: format!("{side}: {}", e.text),
             ..e
         })?;
-        let schema = match self.registry.cached(id) {
+        match &recent.schema {
+            Some(s) if s.id == id => recent.hits += 1,
+            _ => recent.schema = None,
+        }
+        if recent.schema.is_none() {
+            recent.schema = self.registry.cached(id);
+        }
+        let schema = match &recent.schema {
             Some(s) => s,
             None => {
                 let why = self
@@ -222,8 +239,22 @@ impl Decoder {
             reason: "does_not_fit",
             text: format!("{side}: does not match its schema (id {id}): {e}"),
         })?;
-        Ok((out, schema))
+        Ok(out)
     }
+}
+
+/// What an encoder's last output was encoded with, and its topic (see
+/// [`Encoder::encode_after`]); kept for one batch, so a subject's new version is seen at the
+/// next.
+#[derive(Default)]
+pub struct LastTarget(Option<(String, Arc<Target>)>);
+
+/// The schema of one side's last decoded record, and how many records since found it there
+/// (cache hits, counted once per batch).
+#[derive(Default)]
+struct Recent {
+    schema: Option<Arc<Registered>>,
+    hits: u64,
 }
 
 /// Writes `value` (JSON text) in the wire format of `schema` into `out`: the header, then the
@@ -497,11 +528,35 @@ impl Encoder {
     /// `Err(Ok(reject))`: it does not fit; `Err(Err(why))`: the registry cannot be reached
     /// for its subject (try again).
     pub fn encode(&self, m: &Message) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
+        self.encode_after(m, &mut LastTarget::default())
+    }
+
+    /// [`Encoder::encode`] for the outputs of one batch, one after the other: `last` keeps
+    /// what the previous output was encoded with, so the next one to the same topic asks no
+    /// cache (no lock, no map, no clock).
+    pub fn encode_after(
+        &self,
+        m: &Message,
+        last: &mut LastTarget,
+    ) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
         let side = if self.key { &m.key } else { &m.value };
         let Some(value) = side else {
             return Ok(None);
         };
         let topic = m.topic.as_deref().unwrap_or(&self.default_topic);
+        let target = match &last.0 {
+            Some((t, target)) if t == topic => target.clone(),
+            _ => {
+                let target = self.target_for(topic)?;
+                last.0 = Some((topic.to_owned(), target.clone()));
+                target
+            }
+        };
+        self.encode_with(&target, topic, value)
+    }
+
+    /// What outputs to `topic` are encoded with, from the cache while it is fresh.
+    fn target_for(&self, topic: &str) -> Result<Arc<Target>, Result<CodecReject, String>> {
         let cached = self
             .by_topic
             .lock()
@@ -520,17 +575,23 @@ impl Encoder {
                 t
             }),
         };
-        let target = match looked_up {
-            Ok(t) => t,
-            Err(LookupError::Unavailable(why)) => return Err(Err(why)),
-            Err(e) => {
-                return Err(Ok(self.failed(CodecReject {
-                    reason: "unknown_schema",
-                    text: format!("subject `{}`: {e}", self.subject(topic)),
-                })))
-            }
-        };
-        self.usable(&target).map_err(|r| {
+        match looked_up {
+            Ok(t) => Ok(t),
+            Err(LookupError::Unavailable(why)) => Err(Err(why)),
+            Err(e) => Err(Ok(self.failed(CodecReject {
+                reason: "unknown_schema",
+                text: format!("subject `{}`: {e}", self.subject(topic)),
+            }))),
+        }
+    }
+
+    fn encode_with(
+        &self,
+        target: &Target,
+        topic: &str,
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
+        self.usable(target).map_err(|r| {
             Ok(self.failed(CodecReject {
                 text: format!("subject `{}`: {}", self.subject(topic), r.text),
                 ..r
@@ -654,25 +715,65 @@ impl Codecs {
     }
 
     /// Decodes a message's key and value (each side its codec has), adding the value's
-    /// schema headers. On a reject the message is left as it was.
+    /// schema headers. On a reject the message is left as it was. For a batch,
+    /// [`Codecs::decoding`] is cheaper.
     pub fn decode(&self, m: &mut Message) -> Result<(), CodecReject> {
-        let key = match (&self.key, &m.key) {
-            (Some(d), Some(k)) => Some(d.decode(k)?.0),
+        self.decoding().decode(m)
+    }
+
+    /// Decodes a batch's records one after the other, keeping the last record's schema at
+    /// hand (see [`Decoding::decode`]).
+    pub fn decoding(&self) -> Decoding<'_> {
+        Decoding {
+            codecs: self,
+            key: Recent::default(),
+            value: Recent::default(),
+        }
+    }
+}
+
+/// Records of one batch being decoded: each side's last schema is kept, so the records after
+/// it with the same id ask no cache. The cache hits are counted when it is dropped.
+pub struct Decoding<'a> {
+    codecs: &'a Codecs,
+    key: Recent,
+    value: Recent,
+}
+
+impl Decoding<'_> {
+    /// Decodes a message's key and value (each side its codec has), adding the value's
+    /// schema headers. On a reject the message is left as it was.
+    pub fn decode(&mut self, m: &mut Message) -> Result<(), CodecReject> {
+        let c = self.codecs;
+        let key = match (&c.key, &m.key) {
+            (Some(d), Some(k)) => Some(d.decode_recent(k, &mut self.key)?),
             _ => None,
         };
-        let value = match (&self.value, &m.value) {
-            (Some(d), Some(v)) => Some(d.decode(v)?),
+        let value = match (&c.value, &m.value) {
+            (Some(d), Some(v)) => Some(d.decode_recent(v, &mut self.value)?),
             _ => None,
         };
         if let Some(k) = key {
             m.key = Some(k);
         }
-        if let Some((json, schema)) = value {
+        if let Some(json) = value {
             m.value = Some(json);
             m.headers.retain(|h| !h.key.starts_with("weir.schema."));
-            add_schema_headers(&mut m.headers, &schema);
+            let schema = self.value.schema.as_ref().expect("set by a decode");
+            add_schema_headers(&mut m.headers, schema);
         }
         Ok(())
+    }
+}
+
+impl Drop for Decoding<'_> {
+    fn drop(&mut self) {
+        let c = self.codecs;
+        for (d, recent) in [(&c.key, &self.key), (&c.value, &self.value)] {
+            if let Some(d) = d {
+                d.registry.count_hits(recent.hits);
+            }
+        }
     }
 }
 

@@ -20,5 +20,5 @@ pub mod local;
 pub mod protobuf;
 pub mod registry;
 
-pub use codec::{CodecReject, Codecs, Decoder, Encoder};
+pub use codec::{CodecReject, Codecs, Decoder, Decoding, Encoder, LastTarget};
 pub use registry::{LookupError, Registry, SchemaKind};

@@ -238,6 +238,13 @@ impl Registry {
         hit
     }
 
+    /// Counts `n` cache hits found without asking the cache (a decoder's last schema).
+    pub fn count_hits(&self, n: u64) {
+        if let (Some(m), 1..) = (&self.metrics, n) {
+            m.schema_cache_hits.inc_by(n);
+        }
+    }
+
     /// The schema with this id: from the cache, else from the registry (then kept).
     pub fn by_id(&self, id: u32) -> Result<Arc<Registered>, LookupError> {
         if let Some(r) = self.cached(id) {

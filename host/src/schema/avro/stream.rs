@@ -11,7 +11,9 @@
 
 use std::borrow::Cow;
 
-use super::{put_bytes, put_long, AvroSchema, Node};
+use super::{
+    decimal_from, fast_timestamp, in_units, put_bytes, put_long, put_minimal_be, AvroSchema, Node,
+};
 use crate::schema::json::Json;
 
 /// A cursor over JSON text. `None` from any method: give up (not the common shape, or not JSON).
@@ -104,8 +106,8 @@ impl<'a> Scan<'a> {
     }
 
     /// A number: `Int` when it is an integer that fits i64 and serde_json would say so,
-    /// else `Float` as serde_json reads it.
-    fn number(&mut self) -> Option<Json<'a>> {
+    /// else `Uint` or `Float` as serde_json reads it. (A small type, returned in registers.)
+    fn number(&mut self) -> Option<Number> {
         let start = self.i;
         let digits = |s: &Self, mut i: usize| {
             while s.s.get(i).is_some_and(u8::is_ascii_digit) {
@@ -151,7 +153,7 @@ impl<'a> Scan<'a> {
         if integer && int.len() <= 18 && !(neg && int == b"0") {
             // 18 digits always fit i64; serde_json reads `-0` as a float.
             let v = value(&mut int.iter());
-            return Some(Json::Int(if neg { -v } else { v }));
+            return Some(Number::Int(if neg { -v } else { v }));
         }
         let short_decimal = !frac.is_empty() && !exp && int.len() + frac.len() <= 15;
         let negative_zero = neg && all_zero(int, frac);
@@ -160,22 +162,22 @@ impl<'a> Scan<'a> {
             // correctly rounded division, which is what any exact reader gives (serde_json's
             // too, on this path).
             let m = value(&mut int.iter().chain(frac)) as f64 / POW10[frac.len()];
-            return Some(Json::Float(if neg { -m } else { m }));
+            return Some(Number::Float(if neg { -m } else { m }));
         }
         // Longer integers and the rest: serde_json's reading, so the value is the same.
         let v: Json<'_> = serde_json::from_slice(token).ok()?;
         Some(match v {
-            Json::Int(i) => Json::Int(i),
-            Json::Uint(u) => Json::Uint(u),
-            Json::Float(f) => Json::Float(f),
+            Json::Int(i) => Number::Int(i),
+            Json::Uint(u) => Number::Uint(u),
+            Json::Float(f) => Number::Float(f),
             _ => return None,
         })
     }
 
-    fn literal(&mut self, word: &[u8], v: Json<'a>) -> Option<Json<'a>> {
+    /// Moves past `word` (`null`, `true`, `false`) if it is at the cursor.
+    fn word(&mut self, word: &[u8]) -> Option<()> {
         self.s.get(self.i..)?.starts_with(word).then(|| {
             self.i += word.len();
-            v
         })
     }
 
@@ -183,10 +185,10 @@ impl<'a> Scan<'a> {
     fn scalar(&mut self) -> Option<Json<'a>> {
         match self.peek()? {
             b'"' => self.string().map(Json::Str),
-            b'n' => self.literal(b"null", Json::Null),
-            b't' => self.literal(b"true", Json::Bool(true)),
-            b'f' => self.literal(b"false", Json::Bool(false)),
-            b'-' | b'0'..=b'9' => self.number(),
+            b'n' => self.word(b"null").map(|()| Json::Null),
+            b't' => self.word(b"true").map(|()| Json::Bool(true)),
+            b'f' => self.word(b"false").map(|()| Json::Bool(false)),
+            b'-' | b'0'..=b'9' => self.number().map(Number::json),
             _ => None,
         }
     }
@@ -217,8 +219,35 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// A JSON number as serde_json reads it.
+#[derive(Clone, Copy)]
+enum Number {
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+}
+
+impl Number {
+    fn json<'a>(self) -> Json<'a> {
+        match self {
+            Number::Int(i) => Json::Int(i),
+            Number::Uint(u) => Json::Uint(u),
+            Number::Float(f) => Json::Float(f),
+        }
+    }
+
+    /// What `Json::as_f64` gives.
+    fn as_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Uint(u) => u as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
 /// Exact powers of ten in f64.
-const POW10: [f64; 23] = [
+pub(super) const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
@@ -230,15 +259,27 @@ fn all_zero(int: &[u8], frac: &[u8]) -> bool {
 /// How many bytes from the start are plain string content: not `"`, `\\` or a control
 /// character. Eight at a time (a word's bytes tested at once), then one at a time.
 pub(super) fn plain_run(s: &[u8]) -> usize {
+    run(s, false)
+}
+
+/// [`plain_run`] that also stops at the first byte that is not ASCII.
+pub(super) fn plain_ascii_run(s: &[u8]) -> usize {
+    run(s, true)
+}
+
+#[inline(always)]
+fn run(s: &[u8], ascii: bool) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let high = if ascii { HIGH } else { 0 };
     let mut i = 0;
     while let Some(chunk) = s.get(i..i + 8) {
         let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
         let special = has_zero(x ^ (ONES * u64::from(b'"')))
             | has_zero(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
+            | (x & high);
         if special != 0 {
             break;
         }
@@ -246,7 +287,7 @@ pub(super) fn plain_run(s: &[u8]) -> usize {
     }
     while s
         .get(i)
-        .is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20)
+        .is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20 && !(ascii && b >= 0x80))
     {
         i += 1;
     }
@@ -281,8 +322,8 @@ impl AvroSchema {
                     }
                     // `"name":` as the schema spells it, else the key read on its own.
                     sc.ws();
-                    if sc.s[sc.i..].starts_with(f.key.as_bytes()) {
-                        sc.i += f.key.len();
+                    if f.key.starts(&sc.s[sc.i..]) {
+                        sc.i += f.key.len;
                     } else {
                         if sc.plain_string()? != f.name {
                             return None;
@@ -346,8 +387,54 @@ impl AvroSchema {
                 }
                 Some(())
             }
+            (Node::Timestamp { unit, local }, b'"') => {
+                let start = sc.i;
+                let plain = sc.plain_string();
+                match plain.and_then(|t| Some((t, fast_timestamp(t, *local)?))) {
+                    Some((text, (secs, nanos))) => {
+                        put_long(out, in_units(secs, nanos, *unit, text).ok()?);
+                        Some(())
+                    }
+                    None => {
+                        sc.i = start;
+                        self.scalar(n, sc, out)
+                    }
+                }
+            }
+            (Node::Decimal { scale, fixed: None }, b'"') => {
+                let start = sc.i;
+                match sc.plain_string() {
+                    Some(text) => {
+                        put_minimal_be(out, decimal_from(text, *scale).ok()?);
+                        Some(())
+                    }
+                    None => {
+                        sc.i = start;
+                        self.scalar(n, sc, out)
+                    }
+                }
+            }
+            (Node::Union(branches), b'n' | b'"') => {
+                // The tree path's choice: the first branch that may take a null (or a
+                // string); for a string, that branch's answer is final here (the fast path
+                // cannot tell a misfit from a shape it leaves to the tree path).
+                let kind = if first == b'n' {
+                    Json::Null
+                } else {
+                    Json::Str("".into())
+                };
+                let (i, b) = branches
+                    .iter()
+                    .enumerate()
+                    .find(|(_, b)| self.may_fit(**b, &kind))?;
+                if matches!(self.nodes[*b], Node::Union(_)) {
+                    return None;
+                }
+                put_long(out, i as i64);
+                self.stream(*b, sc, out)
+            }
             (Node::Long | Node::Int, b'-' | b'0'..=b'9') => {
-                let Json::Int(v) = sc.number()? else {
+                let Number::Int(v) = sc.number()? else {
                     return None;
                 };
                 if matches!(self.nodes[n], Node::Int) {
@@ -357,7 +444,7 @@ impl AvroSchema {
                 Some(())
             }
             (Node::Double | Node::Float, b'-' | b'0'..=b'9') => {
-                let f = sc.number()?.as_f64()?;
+                let f = sc.number()?.as_f64();
                 if matches!(self.nodes[n], Node::Float) {
                     out.extend_from_slice(&(f as f32).to_le_bytes());
                 } else {
@@ -365,11 +452,14 @@ impl AvroSchema {
                 }
                 Some(())
             }
-            (Node::Boolean, b't' | b'f') => {
-                let Json::Bool(b) = sc.scalar()? else {
-                    return None;
-                };
-                out.push(b as u8);
+            (Node::Boolean, b't') => {
+                sc.word(b"true")?;
+                out.push(1);
+                Some(())
+            }
+            (Node::Boolean, b'f') => {
+                sc.word(b"false")?;
+                out.push(0);
                 Some(())
             }
             _ => self.scalar(n, sc, out),
