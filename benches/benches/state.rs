@@ -66,7 +66,7 @@ fn batch(first: i64, keys: usize) -> Vec<Envelope> {
                     value: Some(weir_benches::value(o as usize).into_bytes()),
                     headers: vec![Header {
                         key: "trace".into(),
-                        value: Some(b"abc".to_vec()),
+                        value: Some(b"abc".to_vec().into()),
                     }],
                     timestamp: Some(1_700_000_000_000),
                     topic: None,

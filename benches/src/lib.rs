@@ -31,7 +31,7 @@ pub fn messages(n: usize) -> Vec<Envelope> {
                 value: Some(value(i).into_bytes()),
                 headers: vec![Header {
                     key: "trace".into(),
-                    value: Some(b"abc".to_vec()),
+                    value: Some(b"abc".to_vec().into()),
                 }],
                 timestamp: Some(1_700_000_000_000),
                 topic: None,

@@ -98,7 +98,7 @@ fn parse_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
     let pair = |k: &str, v: &Value| -> Result<Header, ParseError> {
         Ok(Header {
             key: k.to_owned().into(),
-            value: bytes_of("headers", v)?,
+            value: bytes_of("headers", v)?.map(Into::into),
         })
     };
     match v {
@@ -152,7 +152,7 @@ fn reject_headers(v: &Value) -> Result<Vec<Header>, ParseError> {
         .filter_map(|(k, v)| {
             v.map(|v| Header {
                 key: k.to_owned().into(),
-                value: Some(v.into_bytes()),
+                value: Some(v.into_bytes().into()),
             })
         })
         .collect())
@@ -194,7 +194,7 @@ mod tests {
             headers: vec![
                 Header {
                     key: "bin".into(),
-                    value: Some(vec![0xc3, 0x28]),
+                    value: Some(vec![0xc3, 0x28].into()),
                 },
                 Header {
                     key: "null".into(),
@@ -202,7 +202,7 @@ mod tests {
                 },
                 Header {
                     key: "bin".into(),
-                    value: Some(b"dup".to_vec()),
+                    value: Some(b"dup".as_slice().into()),
                 },
             ],
             timestamp: Some(42),

@@ -9,8 +9,9 @@ pub struct Header {
     /// Header name: borrowed for the host's own (`weir.schema.id`, …), so adding one does not
     /// allocate its name.
     pub key: Cow<'static, str>,
-    /// Header value.
-    pub value: Option<Vec<u8>>,
+    /// Header value: borrowed for values the host makes once and shares (a decoded
+    /// record's schema headers), so adding one does not allocate either.
+    pub value: Option<Cow<'static, [u8]>>,
 }
 
 /// A message as stages see it.
@@ -37,7 +38,7 @@ impl Message {
             + self
                 .headers
                 .iter()
-                .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+                .map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()))
                 .sum::<usize>()
     }
 

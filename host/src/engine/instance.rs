@@ -465,7 +465,7 @@ impl StageInstance {
                                 .iter()
                                 .map(|(k, v)| Header {
                                     key: k.to_owned().into(),
-                                    value: v.map(<[u8]>::to_vec),
+                                    value: v.map(|v| v.to_vec().into()),
                                 })
                                 .collect(),
                             timestamp: o.timestamp,
@@ -537,7 +537,7 @@ impl StageInstance {
                             .into_iter()
                             .map(|h| Header {
                                 key: h.key.into(),
-                                value: h.value,
+                                value: h.value.map(Into::into),
                             })
                             .collect(),
                         timestamp: w.timestamp,

@@ -13,7 +13,7 @@ pub fn message_of(m: &BorrowedMessage<'_>) -> Message {
             hs.iter()
                 .map(|h| Header {
                     key: h.key.to_owned().into(),
-                    value: h.value.map(<[u8]>::to_vec),
+                    value: h.value.map(|v| v.to_vec().into()),
                 })
                 .collect()
         }),

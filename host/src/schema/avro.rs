@@ -225,10 +225,15 @@ impl AvroSchema {
         }
     }
 
+    /// About how long the JSON text of a datum of `len` bytes is (a little more, mostly):
+    /// numbers and dates grow about threefold, and the records' member names are added.
+    pub fn json_len_hint(&self, len: usize) -> usize {
+        len * 3 + self.names_len + 16
+    }
+
     /// Appends the JSON text of one binary-encoded datum; the whole input must be used.
     pub fn to_json(&self, mut input: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
-        // Mostly one allocation: numbers and dates grow about threefold, names are added.
-        out.reserve(input.len() * 3 + self.names_len + 16);
+        out.reserve(self.json_len_hint(input.len()));
         self.write_json(self.root, &mut input, out)?;
         if !input.is_empty() {
             return Err(FitError::new(format!(
@@ -1314,26 +1319,37 @@ fn decimal_from(text: &str, scale: u32) -> Result<i128, FitError> {
             "`{text}` is not a decimal with at most {scale} fraction digits"
         ))
     };
-    let (neg, t) = match text.strip_prefix('-') {
-        Some(t) => (true, t),
-        None => (false, text),
+    let (neg, t) = match text.as_bytes() {
+        [b'-', rest @ ..] => (true, rest),
+        all => (false, all),
     };
-    let (i, f) = t.split_once('.').unwrap_or((t, ""));
-    if i.is_empty() && f.is_empty()
-        || !i.bytes().chain(f.bytes()).all(|c| c.is_ascii_digit())
-        || f.len() > scale as usize
-    {
+    // The digits of the integer part and the fraction as one number, then zeros up to the
+    // scale (too many for i128: not a decimal Weir takes).
+    let mut n = 0i128;
+    let mut digits = 0usize;
+    let mut fraction: Option<usize> = None;
+    for &c in t {
+        match c {
+            b'0'..=b'9' => {
+                n = n
+                    .checked_mul(10)
+                    .and_then(|n| n.checked_add(i128::from(c - b'0')))
+                    .ok_or_else(bad)?;
+                digits += 1;
+                if let Some(f) = &mut fraction {
+                    *f += 1;
+                }
+            }
+            b'.' if fraction.is_none() => fraction = Some(0),
+            _ => return Err(bad()),
+        }
+    }
+    let fraction = fraction.unwrap_or(0);
+    if digits == 0 || fraction > scale as usize {
         return Err(bad());
     }
-    // The digits of the integer part, the fraction and the zeros up to the scale, as one
-    // number (too many for i128: not a decimal Weir takes).
-    let n = i
-        .bytes()
-        .chain(f.bytes())
-        .chain(std::iter::repeat_n(b'0', scale as usize - f.len()))
-        .try_fold(0i128, |n, c| {
-            n.checked_mul(10)?.checked_add(i128::from(c - b'0'))
-        })
+    let n = (fraction..scale as usize)
+        .try_fold(n, |n, _| n.checked_mul(10))
         .ok_or_else(bad)?;
     if n >= 10i128.pow(38) {
         return Err(FitError::new(format!("`{text}` has more than 38 digits")));

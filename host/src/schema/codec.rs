@@ -223,7 +223,10 @@ impl Decoder {
             });
         }
         let body = &bytes[5..];
-        let mut out = Vec::with_capacity(body.len() * 2 + 16);
+        let mut out = Vec::with_capacity(match &schema.compiled {
+            Ok(Compiled::Avro(avro)) => avro.json_len_hint(body.len()),
+            _ => body.len() * 2 + 16,
+        });
         let fit = match &schema.compiled {
             Ok(Compiled::Avro(avro)) => avro.to_json(body, &mut out).map_err(|e| e.to_string()),
             Ok(Compiled::Protobuf(proto)) => proto.to_json(body, &mut out),
@@ -280,26 +283,19 @@ pub(super) fn wire(
     }
 }
 
-/// The headers a decoded value carries: its schema's id, and the subject and version it is
-/// registered under when the registry says.
 /// Adds the `weir.schema.*` headers of `schema` (its id, and its subject and version when the
-/// registry said).
+/// registry said); their values are the schema's own, shared (no allocation per record).
 fn add_schema_headers(headers: &mut Vec<Header>, schema: &Registered) {
-    let number = |n: i64| itoa::Buffer::new().format(n).as_bytes().to_vec();
+    let values = schema.header_values();
+    let header = |key: &'static str, value: &'static [u8]| Header {
+        key: key.into(),
+        value: Some(value.into()),
+    };
     headers.reserve(3);
-    headers.push(Header {
-        key: HEADER_ID.into(),
-        value: Some(number(schema.id.into())),
-    });
-    if let Some((subject, version)) = &schema.subject {
-        headers.push(Header {
-            key: HEADER_SUBJECT.into(),
-            value: Some(subject.clone().into_bytes()),
-        });
-        headers.push(Header {
-            key: HEADER_VERSION.into(),
-            value: Some(number((*version).into())),
-        });
+    headers.push(header(HEADER_ID, values.id));
+    if let Some((subject, version)) = values.subject {
+        headers.push(header(HEADER_SUBJECT, subject));
+        headers.push(header(HEADER_VERSION, version));
     }
 }
 

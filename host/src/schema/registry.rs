@@ -3,7 +3,7 @@
 //! steady-state decode or encode makes no request.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -59,6 +59,38 @@ pub struct Registered {
     /// The compiled schema, or why it could not be compiled (it cannot be used, but the
     /// answer is final).
     pub compiled: Result<Compiled, String>,
+    /// The header values of records decoded with it, made at the first one.
+    headers: OnceLock<HeaderValues>,
+}
+
+/// The `weir.schema.*` header values of a decoded record: its schema's id, and the subject
+/// and version it is registered under when the registry said.
+#[derive(Debug)]
+pub struct HeaderValues {
+    /// `weir.schema.id`.
+    pub id: &'static [u8],
+    /// `weir.schema.subject` and `weir.schema.version`.
+    pub subject: Option<(&'static [u8], &'static [u8])>,
+}
+
+impl Registered {
+    /// The header values of the records decoded with this schema. They are made once and
+    /// kept for the process's life, as the schema itself is (a registry's cache by id is
+    /// never emptied), so that every decoded record shares them instead of allocating its
+    /// own three.
+    pub fn header_values(&self) -> &HeaderValues {
+        self.headers.get_or_init(|| {
+            let text =
+                |s: String| -> &'static [u8] { Box::leak(s.into_bytes().into_boxed_slice()) };
+            HeaderValues {
+                id: text(self.id.to_string()),
+                subject: self
+                    .subject
+                    .as_ref()
+                    .map(|(s, v)| (text(s.clone()), text(v.to_string()))),
+            }
+        })
+    }
 }
 
 /// A schema compiled for decoding and encoding.
@@ -401,6 +433,7 @@ impl Registry {
             kind,
             subject: subject.or(body.subject.zip(body.version)),
             compiled,
+            headers: OnceLock::new(),
         })
     }
 
