@@ -549,23 +549,31 @@ fn state_error(stage: &str) -> impl Fn(crate::state::StoreError) -> InstanceErro
     }
 }
 
-/// Decodes each record; those that cannot be are rejected with the reason.
-fn decode_batch(codecs: &Codecs, batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Rejected>) {
-    let mut rejected = Vec::new();
-    let mut kept = Vec::with_capacity(batch.len());
+/// Decodes each record; those that cannot be are rejected with the reason (the others stay
+/// where they are: the batch is not copied).
+fn decode_batch(codecs: &Codecs, mut batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Rejected>) {
     let mut decoding = codecs.decoding();
-    for mut e in batch {
-        match decoding.decode(&mut e.msg) {
-            Ok(()) => kept.push(e),
-            Err(r) => rejected.push(Rejected {
-                env: e,
-                stage: DECODE_STAGE.into(),
-                plugin: "host".into(),
-                reason: r.text,
-            }),
-        }
-    }
-    (kept, rejected)
+    let mut reasons = Vec::new();
+    let failed: Vec<Envelope> = batch
+        .extract_if(.., |e| match decoding.decode(&mut e.msg) {
+            Ok(()) => false,
+            Err(r) => {
+                reasons.push(r.text);
+                true
+            }
+        })
+        .collect();
+    let rejected = failed
+        .into_iter()
+        .zip(reasons)
+        .map(|(env, reason)| Rejected {
+            env,
+            stage: DECODE_STAGE.into(),
+            plugin: "host".into(),
+            reason,
+        })
+        .collect();
+    (batch, rejected)
 }
 
 /// Encodes each output's key and value (each side its encoder has); one whose key or value
@@ -581,31 +589,42 @@ fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput) {
             .transpose()
     };
     let (mut last_key, mut last_value) = (LastTarget::default(), LastTarget::default());
-    let mut kept = Vec::with_capacity(out.outputs.len());
-    for mut e in out.outputs.drain(..) {
-        // Both sides first: neither is applied unless both fit.
-        let encoded = side(&codecs.encode_key, &e.msg, &mut last_key)
-            .and_then(|key| Ok((key, side(&codecs.encode, &e.msg, &mut last_value)?)));
-        match encoded {
-            Ok((key, value)) => {
-                if let Some(key) = key {
-                    e.msg.key = key;
+    let mut reasons = Vec::new();
+    let failed: Vec<Envelope> = out
+        .outputs
+        .extract_if(.., |e| {
+            // Both sides first: neither is applied unless both fit.
+            let encoded = side(&codecs.encode_key, &e.msg, &mut last_key)
+                .and_then(|key| Ok((key, side(&codecs.encode, &e.msg, &mut last_value)?)));
+            match encoded {
+                Ok((key, value)) => {
+                    if let Some(key) = key {
+                        e.msg.key = key;
+                    }
+                    if let Some(value) = value {
+                        e.msg.value = value;
+                    }
+                    e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
+                    false
                 }
-                if let Some(value) = value {
-                    e.msg.value = value;
+                Err(r) => {
+                    reasons.push(r.text);
+                    true
                 }
-                e.msg.headers.retain(|h| !h.key.starts_with("weir.schema."));
-                kept.push(e);
             }
-            Err(r) => out.rejects.push(Rejected {
-                env: e,
+        })
+        .collect();
+    out.rejects.extend(
+        failed
+            .into_iter()
+            .zip(reasons)
+            .map(|(env, reason)| Rejected {
+                env,
                 stage: ENCODE_STAGE.into(),
                 plugin: "host".into(),
-                reason: r.text,
+                reason,
             }),
-        }
-    }
-    out.outputs = kept;
+    );
 }
 
 /// One side of one output encoded, holding (with backoff) while the registry is unreachable.

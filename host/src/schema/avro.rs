@@ -350,17 +350,8 @@ impl AvroSchema {
                 let b = take(r, 8)?;
                 float(out, f64::from_le_bytes(b.try_into().expect("8 bytes")));
             }
-            Node::Bytes => {
-                let b = bytes(r)?;
-                base64_json(out, b);
-            }
-            Node::Fixed(size) => {
-                let b = take(r, *size)?;
-                base64_json(out, b);
-            }
             Node::String => {
-                let b = bytes(r)?;
-                if !utf8_string(out, b) {
+                if !utf8_string(out, bytes(r)?) {
                     return Err(FitError::new("a string that is not UTF-8"));
                 }
             }
@@ -382,6 +373,64 @@ impl AvroSchema {
                 decimal_text(out, unscaled, *scale);
                 out.push(b'"');
             }
+            Node::Date => {
+                let days = long(r)?;
+                out.push(b'"');
+                if !write_date(out, days) {
+                    return Err(FitError::new(format!(
+                        "date {days} is outside the years 0-9999"
+                    )));
+                }
+                out.push(b'"');
+            }
+            Node::Timestamp { unit, local } => {
+                let v = long(r)?;
+                let (secs, nanos) = split_units(v, *unit);
+                out.push(b'"');
+                if !write_date(out, secs.div_euclid(86_400)) {
+                    return Err(FitError::new(format!(
+                        "timestamp {v} is outside the years 0-9999"
+                    )));
+                }
+                let t = secs.rem_euclid(86_400);
+                let mut time = *b"T00:00:00.";
+                time[1..3].copy_from_slice(&digits::<2>(t / 3600));
+                time[4..6].copy_from_slice(&digits::<2>(t / 60 % 60));
+                time[7..9].copy_from_slice(&digits::<2>(t % 60));
+                out.extend_from_slice(&time);
+                match unit {
+                    Unit::Millis => out.extend_from_slice(&digits::<3>(nanos / 1_000_000)),
+                    Unit::Micros => out.extend_from_slice(&digits::<6>(nanos / 1_000)),
+                    Unit::Nanos => out.extend_from_slice(&digits::<9>(nanos)),
+                }
+                if !*local {
+                    out.push(b'Z');
+                }
+                out.push(b'"');
+            }
+            Node::Bytes | Node::Fixed(_) | Node::Uuid { .. } | Node::Time(_) | Node::Duration => {
+                Self::write_rare(node, r, out)?
+            }
+            Node::Array(_) | Node::Map(_) | Node::Record { .. } | Node::Union(_) => {
+                unreachable!("containers are written by write_json")
+            }
+        }
+        Ok(())
+    }
+
+    /// [`AvroSchema::write_scalar`]'s less usual nodes, apart so that the usual ones' function
+    /// stays small.
+    #[inline(never)]
+    fn write_rare(node: &Node, r: &mut &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
+        match node {
+            Node::Bytes => {
+                let b = bytes(r)?;
+                base64_json(out, b);
+            }
+            Node::Fixed(size) => {
+                let b = take(r, *size)?;
+                base64_json(out, b);
+            }
             Node::Uuid { fixed } => {
                 if *fixed {
                     let b = take(r, 16)?;
@@ -399,16 +448,6 @@ impl AvroSchema {
                     string(out, s);
                 }
             }
-            Node::Date => {
-                let days = long(r)?;
-                out.push(b'"');
-                if !write_date(out, days) {
-                    return Err(FitError::new(format!(
-                        "date {days} is outside the years 0-9999"
-                    )));
-                }
-                out.push(b'"');
-            }
             Node::Time(unit) => {
                 let v = long(r)?;
                 let (secs, frac) = split_units(v, *unit);
@@ -425,33 +464,6 @@ impl AvroSchema {
                 };
                 let _ = write!(Text(out), "\"{}\"", t.format(f));
             }
-            Node::Timestamp { unit, local } => {
-                let v = long(r)?;
-                let (secs, nanos) = split_units(v, *unit);
-                out.push(b'"');
-                if !write_date(out, secs.div_euclid(86_400)) {
-                    return Err(FitError::new(format!(
-                        "timestamp {v} is outside the years 0-9999"
-                    )));
-                }
-                let t = secs.rem_euclid(86_400);
-                out.push(b'T');
-                digits(out, t / 3600, 2);
-                out.push(b':');
-                digits(out, t / 60 % 60, 2);
-                out.push(b':');
-                digits(out, t % 60, 2);
-                out.push(b'.');
-                match unit {
-                    Unit::Millis => digits(out, nanos / 1_000_000, 3),
-                    Unit::Micros => digits(out, nanos / 1_000, 6),
-                    Unit::Nanos => digits(out, nanos, 9),
-                }
-                if !*local {
-                    out.push(b'Z');
-                }
-                out.push(b'"');
-            }
             Node::Duration => {
                 let b = take(r, 12)?;
                 let u = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
@@ -463,9 +475,7 @@ impl AvroSchema {
                     u(8)
                 );
             }
-            Node::Array(_) | Node::Map(_) | Node::Record { .. } | Node::Union(_) => {
-                unreachable!("containers are written by write_json")
-            }
+            _ => unreachable!("write_scalar writes the others"),
         }
         Ok(())
     }
@@ -1049,9 +1059,14 @@ fn long(r: &mut &[u8]) -> Result<i64, FitError> {
 }
 
 fn bytes<'a>(r: &mut &'a [u8]) -> Result<&'a [u8], FitError> {
-    let n = long(r)?;
-    let n = usize::try_from(n).map_err(|_| FitError::new(format!("negative length {n}")))?;
+    let n = len(r)?;
     take(r, n)
+}
+
+/// A length (of bytes or a string that follow).
+fn len(r: &mut &[u8]) -> Result<usize, FitError> {
+    let n = long(r)?;
+    usize::try_from(n).map_err(|_| FitError::new(format!("negative length {n}")))
 }
 
 /// Array and map blocks: a count (negative: then a byte size), items, until a zero count.
@@ -1422,22 +1437,33 @@ fn write_date(out: &mut Vec<u8>, days: i64) -> bool {
         return false;
     }
     let (y, m, d) = civil_from_days(days);
-    digits(out, y, 4);
-    out.push(b'-');
-    digits(out, m, 2);
-    out.push(b'-');
-    digits(out, d, 2);
+    let mut date = *b"0000-00-00";
+    date[0..4].copy_from_slice(&digits::<4>(y));
+    date[5..7].copy_from_slice(&digits::<2>(m));
+    date[8..10].copy_from_slice(&digits::<2>(d));
+    out.extend_from_slice(&date);
     true
 }
 
-/// `v` (non-negative) in exactly `width` decimal digits.
-fn digits(out: &mut Vec<u8>, mut v: i64, width: usize) {
-    let at = out.len();
-    out.resize(at + width, b'0');
-    for i in (at..at + width).rev() {
-        out[i] = b'0' + (v % 10) as u8;
-        v /= 10;
+/// `v` (non-negative, under 10^W) in exactly `W` decimal digits, two at a time.
+fn digits<const W: usize>(mut v: i64) -> [u8; W] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut text = [b'0'; W];
+    let mut i = W;
+    while i >= 2 {
+        let pair = (v % 100) as usize * 2;
+        text[i - 2..i].copy_from_slice(&PAIRS[pair..pair + 2]);
+        v /= 100;
+        i -= 2;
     }
+    if i == 1 {
+        text[0] = b'0' + (v % 10) as u8;
+    }
+    text
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction]` with `Z` (or nothing, for a local timestamp), the form

@@ -15,12 +15,7 @@ use crate::metrics::Metrics;
 /// The wire format's first byte.
 pub const MAGIC: u8 = 0;
 
-/// Headers the decoder adds: the schema of the decoded value.
-pub const HEADER_ID: &str = "weir.schema.id";
-/// The subject the schema is registered under (when the registry says).
-pub const HEADER_SUBJECT: &str = "weir.schema.subject";
-/// Its version there.
-pub const HEADER_VERSION: &str = "weir.schema.version";
+pub use super::registry::{HEADER_ID, HEADER_SUBJECT, HEADER_VERSION};
 
 /// Why a record was rejected by the codec: a short reason for the metrics and the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,17 +281,7 @@ pub(super) fn wire(
 /// Adds the `weir.schema.*` headers of `schema` (its id, and its subject and version when the
 /// registry said); their values are the schema's own, shared (no allocation per record).
 fn add_schema_headers(headers: &mut Vec<Header>, schema: &Registered) {
-    let values = schema.header_values();
-    let header = |key: &'static str, value: &'static [u8]| Header {
-        key: key.into(),
-        value: Some(value.into()),
-    };
-    headers.reserve(3);
-    headers.push(header(HEADER_ID, values.id));
-    if let Some((subject, version)) = values.subject {
-        headers.push(header(HEADER_SUBJECT, subject));
-        headers.push(header(HEADER_VERSION, version));
-    }
+    headers.extend_from_slice(schema.headers());
 }
 
 /// The schema kind a format names (`auto`: any).

@@ -2,6 +2,7 @@
 //! run (an id never changes its schema), a subject's latest version for `cache_ttl`. A
 //! steady-state decode or encode makes no request.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use super::avro::AvroSchema;
 use super::json_schema::JsonSchema;
 use super::protobuf::ProtoSchema;
 use crate::config::schema::RegistryConfig;
+use crate::message::Header;
 use crate::metrics::Metrics;
 
 /// A schema's type as the registry names it (`schemaType`; absent means Avro).
@@ -59,36 +61,37 @@ pub struct Registered {
     /// The compiled schema, or why it could not be compiled (it cannot be used, but the
     /// answer is final).
     pub compiled: Result<Compiled, String>,
-    /// The header values of records decoded with it, made at the first one.
-    headers: OnceLock<HeaderValues>,
+    /// The headers of records decoded with it, made at the first one.
+    headers: OnceLock<Vec<Header>>,
 }
 
-/// The `weir.schema.*` header values of a decoded record: its schema's id, and the subject
-/// and version it is registered under when the registry said.
-#[derive(Debug)]
-pub struct HeaderValues {
-    /// `weir.schema.id`.
-    pub id: &'static [u8],
-    /// `weir.schema.subject` and `weir.schema.version`.
-    pub subject: Option<(&'static [u8], &'static [u8])>,
-}
+/// Headers the decoder adds: the schema of the decoded value.
+pub const HEADER_ID: &str = "weir.schema.id";
+/// The subject the schema is registered under (when the registry says).
+pub const HEADER_SUBJECT: &str = "weir.schema.subject";
+/// Its version there.
+pub const HEADER_VERSION: &str = "weir.schema.version";
 
 impl Registered {
-    /// The header values of the records decoded with this schema. They are made once and
-    /// kept for the process's life, as the schema itself is (a registry's cache by id is
-    /// never emptied), so that every decoded record shares them instead of allocating its
-    /// own three.
-    pub fn header_values(&self) -> &HeaderValues {
+    /// The `weir.schema.*` headers of the records decoded with this schema: its id, and the
+    /// subject and version it is registered under when the registry said. Their values are
+    /// made once and kept for the process's life, as the schema itself is (a registry's
+    /// cache by id is never emptied), so that every decoded record shares them instead of
+    /// allocating its own.
+    pub fn headers(&self) -> &[Header] {
         self.headers.get_or_init(|| {
-            let text =
-                |s: String| -> &'static [u8] { Box::leak(s.into_bytes().into_boxed_slice()) };
-            HeaderValues {
-                id: text(self.id.to_string()),
-                subject: self
-                    .subject
-                    .as_ref()
-                    .map(|(s, v)| (text(s.clone()), text(v.to_string()))),
+            let header = |key: &'static str, value: String| Header {
+                key: key.into(),
+                value: Some(Cow::Borrowed(Box::leak(
+                    value.into_bytes().into_boxed_slice(),
+                ))),
+            };
+            let mut headers = vec![header(HEADER_ID, self.id.to_string())];
+            if let Some((subject, version)) = &self.subject {
+                headers.push(header(HEADER_SUBJECT, subject.clone()));
+                headers.push(header(HEADER_VERSION, version.to_string()));
             }
+            headers
         })
     }
 }

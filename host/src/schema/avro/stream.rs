@@ -330,7 +330,13 @@ impl AvroSchema {
                         }
                         sc.eat(b':')?;
                     }
-                    self.stream(f.node, sc, out)?;
+                    // A scalar straight to its writer (the usual member), else the whole way.
+                    let first = sc.peek()?;
+                    if self.nodes[f.node].is_container() || matches!(first, b'[' | b'{') {
+                        self.stream(f.node, sc, out)?;
+                    } else {
+                        self.stream_scalar(f.node, first, sc, out)?;
+                    }
                 }
                 sc.eat(b'}')
             }
@@ -360,6 +366,39 @@ impl AvroSchema {
                 let v = Json::parse(text).ok()?;
                 self.encode(n, &v, out).ok()
             }
+            (Node::Union(branches), b'n' | b'"') => {
+                // The tree path's choice: the first branch that may take a null (or a
+                // string); for a string, that branch's answer is final here (the fast path
+                // cannot tell a misfit from a shape it leaves to the tree path).
+                let kind = if first == b'n' {
+                    Json::Null
+                } else {
+                    Json::Str("".into())
+                };
+                let (i, b) = branches
+                    .iter()
+                    .enumerate()
+                    .find(|(_, b)| self.may_fit(**b, &kind))?;
+                if matches!(self.nodes[*b], Node::Union(_)) {
+                    return None;
+                }
+                put_long(out, i as i64);
+                self.stream(*b, sc, out)
+            }
+            _ => self.stream_scalar(n, first, sc, out),
+        }
+    }
+
+    /// [`AvroSchema::stream`] for a node that is not a container, at a token that is not
+    /// one (a small function: records call it per member).
+    fn stream_scalar(
+        &self,
+        n: usize,
+        first: u8,
+        sc: &mut Scan<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<()> {
+        match (&self.nodes[n], first) {
             // The commonest scalars written here; the same bytes as `encode` writes for the
             // value the token is, and `None` where `encode` would fail.
             (Node::String, b'"') => {
@@ -413,25 +452,6 @@ impl AvroSchema {
                         self.scalar(n, sc, out)
                     }
                 }
-            }
-            (Node::Union(branches), b'n' | b'"') => {
-                // The tree path's choice: the first branch that may take a null (or a
-                // string); for a string, that branch's answer is final here (the fast path
-                // cannot tell a misfit from a shape it leaves to the tree path).
-                let kind = if first == b'n' {
-                    Json::Null
-                } else {
-                    Json::Str("".into())
-                };
-                let (i, b) = branches
-                    .iter()
-                    .enumerate()
-                    .find(|(_, b)| self.may_fit(**b, &kind))?;
-                if matches!(self.nodes[*b], Node::Union(_)) {
-                    return None;
-                }
-                put_long(out, i as i64);
-                self.stream(*b, sc, out)
             }
             (Node::Long | Node::Int, b'-' | b'0'..=b'9') => {
                 let Number::Int(v) = sc.number()? else {
