@@ -108,6 +108,56 @@ impl<'a> Scan<'a> {
     /// A number: `Int` when it is an integer that fits i64 and serde_json would say so,
     /// else `Uint` or `Float` as serde_json reads it. (A small type, returned in registers.)
     fn number(&mut self) -> Option<Number> {
+        // The usual shapes in one pass: an integer of up to 18 digits, or a decimal of up to
+        // 15 digits with no exponent; anything else is read again by `number_general`.
+        let s = self.s;
+        let neg = s.get(self.i) == Some(&b'-');
+        let int_start = self.i + neg as usize;
+        let mut i = int_start;
+        let mut v = 0u64;
+        while let Some(d) = s.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v.wrapping_mul(10) + u64::from(d - b'0');
+            i += 1;
+        }
+        let int_len = i - int_start;
+        if int_len == 0 || (int_len > 1 && s[int_start] == b'0') {
+            return None;
+        }
+        match s.get(i) {
+            Some(b'.') => {
+                let frac_start = i + 1;
+                let mut j = frac_start;
+                while let Some(d) = s.get(j).filter(|d| d.is_ascii_digit()) {
+                    v = v.wrapping_mul(10) + u64::from(d - b'0');
+                    j += 1;
+                }
+                let frac_len = j - frac_start;
+                let plain = frac_len > 0
+                    && int_len + frac_len <= 15
+                    && !matches!(s.get(j), Some(b'e' | b'E'))
+                    && !(neg && v == 0);
+                if plain {
+                    // At most 15 digits (exact in f64) over a power of ten that f64 holds
+                    // exactly: one correctly rounded division, what any exact reader gives.
+                    self.i = j;
+                    let m = v as f64 / POW10[frac_len];
+                    return Some(Number::Float(if neg { -m } else { m }));
+                }
+            }
+            Some(b'e' | b'E') => {}
+            // 18 digits always fit i64; serde_json reads `-0` as a float.
+            _ if int_len <= 18 && !(neg && v == 0) => {
+                self.i = i;
+                let v = v as i64;
+                return Some(Number::Int(if neg { -v } else { v }));
+            }
+            _ => {}
+        }
+        self.number_general()
+    }
+
+    /// [`Scan::number`] for any shape.
+    fn number_general(&mut self) -> Option<Number> {
         let start = self.i;
         let digits = |s: &Self, mut i: usize| {
             while s.s.get(i).is_some_and(u8::is_ascii_digit) {
