@@ -24,7 +24,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use weir::message::{Envelope, Lane, Message};
 use weir::metrics::Metrics;
 use weir::schema::devserver::DevRegistry;
-use weir::schema::{Codecs, LastTarget};
+use weir::schema::{Codecs, Scratch};
 use weir_tests::plugins::PASSTHROUGH;
 
 const BATCH: usize = 256;
@@ -210,10 +210,10 @@ fn schema(c: &mut Criterion) {
                 || batch(&texts),
                 |input| {
                     // As the chain encodes a batch's outputs.
-                    let mut last = LastTarget::default();
+                    let mut scratch = Scratch::default();
                     input
                         .iter()
-                        .map(|e| encoder.encode_after(&e.msg, &mut last).expect("fits"))
+                        .map(|e| encoder.encode_after(&e.msg, &mut scratch).expect("fits"))
                         .collect::<Vec<_>>()
                 },
                 BatchSize::SmallInput,

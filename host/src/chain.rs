@@ -9,7 +9,7 @@ use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
 use crate::message::{Envelope, Lane};
 use crate::rollout::answer::{self, Candidate};
 use crate::rollout::{Rollout, StageSlot};
-use crate::schema::{Codecs, LastTarget};
+use crate::schema::{Codecs, Scratch};
 
 /// Outcome counts of one stage.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -285,13 +285,13 @@ impl Chain {
         let Some(codecs) = self.codecs.clone() else {
             return self.run_stages(lane, batch);
         };
-        let (batch, mut rejected) = decode_batch(&codecs, batch);
+        let (batch, mut rejected, spare) = decode_batch(&codecs, batch);
         let mut out = self.run_stages(lane, batch)?;
         if let Some(f) = &out.failure {
             rejected.retain(|r| r.env.offset < f.offset);
         }
         if codecs.encode.is_some() || codecs.encode_key.is_some() {
-            encode_outputs(&codecs, &mut out);
+            encode_outputs(&codecs, &mut out, spare);
         }
         out.rejects.append(&mut rejected);
         Ok(out)
@@ -550,8 +550,12 @@ fn state_error(stage: &str) -> impl Fn(crate::state::StoreError) -> InstanceErro
 }
 
 /// Decodes each record; those that cannot be are rejected with the reason (the others stay
-/// where they are: the batch is not copied).
-fn decode_batch(codecs: &Codecs, mut batch: Vec<Envelope>) -> (Vec<Envelope>, Vec<Rejected>) {
+/// where they are: the batch is not copied). Also gives the decoded values' old buffers, for
+/// the outputs' encoding.
+fn decode_batch(
+    codecs: &Codecs,
+    mut batch: Vec<Envelope>,
+) -> (Vec<Envelope>, Vec<Rejected>, Vec<Vec<u8>>) {
     let mut decoding = codecs.decoding();
     let mut reasons = Vec::new();
     let failed: Vec<Envelope> = batch
@@ -573,29 +577,29 @@ fn decode_batch(codecs: &Codecs, mut batch: Vec<Envelope>) -> (Vec<Envelope>, Ve
             reason,
         })
         .collect();
-    (batch, rejected)
+    (batch, rejected, decoding.take_spare())
 }
 
 /// Encodes each output's key and value (each side its encoder has); one whose key or value
 /// does not fit goes to the rejects as the stages left it (nothing half-encoded). While the
 /// registry cannot be reached for an output's subject, the lane holds here and asks again with
-/// backoff (nothing is rejected for it).
-fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput) {
+/// backoff (nothing is rejected for it). Values are encoded into the `spare` buffers first.
+fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput, spare: Vec<Vec<u8>>) {
     let side = |enc: &Option<crate::schema::Encoder>,
                 msg: &crate::message::Message,
-                last: &mut LastTarget| {
+                scratch: &mut Scratch| {
         enc.as_ref()
-            .map(|enc| encode_held(enc, msg, last))
+            .map(|enc| encode_held(enc, msg, scratch))
             .transpose()
     };
-    let (mut last_key, mut last_value) = (LastTarget::default(), LastTarget::default());
+    let (mut key_scratch, mut value_scratch) = (Scratch::default(), Scratch::with_spare(spare));
     let mut reasons = Vec::new();
     let failed: Vec<Envelope> = out
         .outputs
         .extract_if(.., |e| {
             // Both sides first: neither is applied unless both fit.
-            let encoded = side(&codecs.encode_key, &e.msg, &mut last_key)
-                .and_then(|key| Ok((key, side(&codecs.encode, &e.msg, &mut last_value)?)));
+            let encoded = side(&codecs.encode_key, &e.msg, &mut key_scratch)
+                .and_then(|key| Ok((key, side(&codecs.encode, &e.msg, &mut value_scratch)?)));
             match encoded {
                 Ok((key, value)) => {
                     if let Some(key) = key {
@@ -631,12 +635,12 @@ fn encode_outputs(codecs: &Codecs, out: &mut ChainOutput) {
 fn encode_held(
     enc: &crate::schema::Encoder,
     msg: &crate::message::Message,
-    last: &mut LastTarget,
+    scratch: &mut Scratch,
 ) -> Result<Option<Vec<u8>>, crate::schema::CodecReject> {
     let mut wait = Duration::from_millis(100);
     let mut held = false;
     let encoded = loop {
-        match enc.encode_after(msg, last) {
+        match enc.encode_after(msg, scratch) {
             Err(Err(why)) => {
                 if !held {
                     held = true;

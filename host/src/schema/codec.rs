@@ -241,11 +241,22 @@ impl Decoder {
     }
 }
 
-/// What an encoder's last output was encoded with, and its topic (see
-/// [`Encoder::encode_after`]); kept for one batch, so a subject's new version is seen at the
-/// next.
+/// What an encoder keeps between the outputs of one batch (see [`Encoder::encode_after`]):
+/// what the last output was encoded with and its topic (kept for one batch only, so a
+/// subject's new version is seen at the next), and spare buffers to encode into.
 #[derive(Default)]
-pub struct LastTarget(Option<(String, Arc<Target>)>);
+pub struct Scratch {
+    last: Option<(String, Arc<Target>)>,
+    spare: Vec<Vec<u8>>,
+}
+
+impl Scratch {
+    /// With empty `spare` buffers to encode into before any is allocated (the batch's
+    /// records' wire-format buffers, from [`Decoding::take_spare`]).
+    pub fn with_spare(spare: Vec<Vec<u8>>) -> Self {
+        Scratch { last: None, spare }
+    }
+}
 
 /// The schema of one side's last decoded record, and how many records since found it there
 /// (cache hits, counted once per batch).
@@ -509,31 +520,36 @@ impl Encoder {
     /// `Err(Ok(reject))`: it does not fit; `Err(Err(why))`: the registry cannot be reached
     /// for its subject (try again).
     pub fn encode(&self, m: &Message) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
-        self.encode_after(m, &mut LastTarget::default())
+        self.encode_after(m, &mut Scratch::default())
     }
 
-    /// [`Encoder::encode`] for the outputs of one batch, one after the other: `last` keeps
+    /// [`Encoder::encode`] for the outputs of one batch, one after the other: `scratch` keeps
     /// what the previous output was encoded with, so the next one to the same topic asks no
-    /// cache (no lock, no map, no clock).
+    /// cache (no lock, no map, no clock), and its spare buffers are used before any is
+    /// allocated.
     pub fn encode_after(
         &self,
         m: &Message,
-        last: &mut LastTarget,
+        scratch: &mut Scratch,
     ) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
         let side = if self.key { &m.key } else { &m.value };
         let Some(value) = side else {
             return Ok(None);
         };
         let topic = m.topic.as_deref().unwrap_or(&self.default_topic);
-        let target = match &last.0 {
+        let target = match &scratch.last {
             Some((t, target)) if t == topic => target.clone(),
             _ => {
                 let target = self.target_for(topic)?;
-                last.0 = Some((topic.to_owned(), target.clone()));
+                scratch.last = Some((topic.to_owned(), target.clone()));
                 target
             }
         };
-        self.encode_with(&target, topic, value)
+        let out = scratch
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(value.len() + 8));
+        self.encode_with(&target, topic, value, out)
     }
 
     /// What outputs to `topic` are encoded with, from the cache while it is fresh.
@@ -571,6 +587,7 @@ impl Encoder {
         target: &Target,
         topic: &str,
         value: &[u8],
+        mut out: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, Result<CodecReject, String>> {
         self.usable(target).map_err(|r| {
             Ok(self.failed(CodecReject {
@@ -579,7 +596,6 @@ impl Encoder {
             }))
         })?;
         let schema = &target.schema;
-        let mut out = Vec::with_capacity(value.len() + 8);
         if let Err(e) = wire(schema, target.proto.as_ref().ok(), value, &mut out) {
             return Err(Ok(self.failed(CodecReject {
                 reason: "does_not_fit",
@@ -709,6 +725,7 @@ impl Codecs {
             codecs: self,
             key: Recent::default(),
             value: Recent::default(),
+            spare: Vec::new(),
         }
     }
 }
@@ -719,6 +736,8 @@ pub struct Decoding<'a> {
     codecs: &'a Codecs,
     key: Recent,
     value: Recent,
+    /// The decoded values' wire-format buffers, emptied, when outputs are encoded too.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Decoding<'_> {
@@ -738,12 +757,23 @@ impl Decoding<'_> {
             m.key = Some(k);
         }
         if let Some(json) = value {
-            m.value = Some(json);
+            if let (Some(mut wire), Some(_)) = (m.value.replace(json), &c.encode) {
+                // The same schema's outputs are about as long: encoded into it, no allocation.
+                wire.clear();
+                self.spare.push(wire);
+            }
             m.headers.retain(|h| !h.key.starts_with("weir.schema."));
             let schema = self.value.schema.as_ref().expect("set by a decode");
             add_schema_headers(&mut m.headers, schema);
         }
         Ok(())
+    }
+}
+
+impl Decoding<'_> {
+    /// The decoded values' wire-format buffers, emptied (for [`Scratch::with_spare`]).
+    pub fn take_spare(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.spare)
     }
 }
 

@@ -20,5 +20,5 @@ pub mod local;
 pub mod protobuf;
 pub mod registry;
 
-pub use codec::{CodecReject, Codecs, Decoder, Decoding, Encoder, LastTarget};
+pub use codec::{CodecReject, Codecs, Decoder, Decoding, Encoder, Scratch};
 pub use registry::{LookupError, Registry, SchemaKind};
