@@ -604,7 +604,8 @@ mod tests {
         {"name":"next","type":["null","Item"],"default":null},
         {"name":"any","type":["null","long","string",{"type":"array","items":"long"},{"type":"map","values":"string"}]},
         {"name":"list","type":["null",{"type":"record","name":"Node","fields":[
-            {"name":"v","type":"long"},{"name":"rest","type":["null","Node"]}]}]}
+            {"name":"v","type":"long"},{"name":"rest","type":["null","Node"]}]}]},
+        {"name":"num","type":["null","double","string"],"default":null}
     ]}"#;
 
     /// The usual shape: every member in schema order.
@@ -629,6 +630,7 @@ mod tests {
         ("next", r#"{"sku":"c","qty":3}"#),
         ("any", "[1,2]"),
         ("list", r#"{"v":1,"rest":{"v":2,"rest":null}}"#),
+        ("num", "null"),
     ];
 
     /// The members joined with `comma` and `colon`, member `name`'s value replaced by `value`.
@@ -696,6 +698,15 @@ mod tests {
             with("at", "1700000000000"),
             with("day", "19000"),
             with("list", "null"),
+            with("ok", "false"),
+            with("at", r#""2026-12-05T01:02:03.456+02:00""#),
+            with("at", r#""1999-02-28T23:59:59Z""#),
+            with("price", r#""-0.5""#),
+            with("price", r#"".5""#),
+            with("price", r#""7.""#),
+            // A union whose first branch for text is a double: "NaN" is one.
+            with("num", r#""NaN""#),
+            with("num", "2.5"),
         ];
         for text in &usual {
             same(&s, text.as_bytes()).unwrap_or_else(|e| panic!("{text}: {e}"));
@@ -729,6 +740,17 @@ mod tests {
             with("hash", r#""AAEC""#),
             with("wait", r#"{"months":1}"#),
             with("list", r#"{"v":1,"rest":{"v":"x","rest":null}}"#),
+            with("at", r#""yesterday""#),
+            with("at", r#""2026-12-05T01:02:03.456789Z""#),
+            with("at", r#""2026-02-30T00:00:00Z""#),
+            with("price", r#""1.234""#),
+            with("price", r#""1e3""#),
+            with("price", r#""1.2.3""#),
+            with("price", r#""-""#),
+            with("price", r#""""#),
+            with("ok", "fals"),
+            // The double branch does not take this text, the string branch does.
+            with("num", r#""text""#),
             // Not JSON.
             good.replacen("-7", "-07", 1),
             good.replacen("-7", "07", 1),
