@@ -2,7 +2,8 @@
 # One drain of N messages (default 200,000) over 8 partitions through the release `weir`
 # binary on `weir broker` (librdkafka's mock cluster), with the `misbehave` stage keeping
 # state (one get and one set per message: STATE=1) or not (0); DELIVERY=exactly-once or
-# at-least-once. Prints the report's read count and consuming_ms. docs/BENCHMARKS.md.
+# at-least-once; KEYS=K: the messages' keys cycle over K keys (default: every key new).
+# Prints the report's read count and consuming_ms. docs/BENCHMARKS.md.
 # usage: benches/scripts/state-e2e.sh 0|1   (after cargo build --release -p weir and the tests'
 # plugin build, target/plugins/...)
 set -euo pipefail
@@ -12,13 +13,13 @@ N="${N:-200000}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-python3 - "$N" <<'PY'
+python3 - "$N" "${KEYS:-0}" <<'PY'
 import sys
-n = int(sys.argv[1])
+n, keys = int(sys.argv[1]), int(sys.argv[2]) or int(sys.argv[1])
 with open('in.jsonl', 'w') as f:
     for i in range(n):
         v = '{\\"id\\":%d,\\"status\\":\\"paid\\",\\"pad\\":\\"%s\\"}' % (i, "x" * 48)
-        f.write('{"key":"key-%05d","value":"%s"}\n' % (i, v))
+        f.write('{"key":"key-%05d","value":"%s"}\n' % (i % keys, v))
 PY
 mkfifo bfifo
 ($W broker --topic in:8 --topic out:8 --topic weir.m.kv.changelog:8 --seed in=in.jsonl < bfifo > broker.out 2>broker.err &)
