@@ -1059,14 +1059,9 @@ fn long(r: &mut &[u8]) -> Result<i64, FitError> {
 }
 
 fn bytes<'a>(r: &mut &'a [u8]) -> Result<&'a [u8], FitError> {
-    let n = len(r)?;
-    take(r, n)
-}
-
-/// A length (of bytes or a string that follow).
-fn len(r: &mut &[u8]) -> Result<usize, FitError> {
     let n = long(r)?;
-    usize::try_from(n).map_err(|_| FitError::new(format!("negative length {n}")))
+    let n = usize::try_from(n).map_err(|_| FitError::new(format!("negative length {n}")))?;
+    take(r, n)
 }
 
 /// Array and map blocks: a count (negative: then a byte size), items, until a zero count.
@@ -1162,22 +1157,15 @@ fn short_float(out: &mut Vec<u8>, f: f64) -> bool {
         }
         let mut buffer = itoa::Buffer::new();
         let digits = buffer.format(mi).as_bytes();
-        let (int, frac) = if digits.len() > k {
-            digits.split_at(digits.len() - k)
-        } else {
-            (&b"0"[..], digits)
-        };
-        out.extend_from_slice(int);
+        // `k` digits after the point (zeros first when there are fewer), trailing zeros off,
+        // at least one.
+        let (int, frac) = digits.split_at(digits.len().saturating_sub(k));
+        out.extend_from_slice(if int.is_empty() { b"0" } else { int });
         out.push(b'.');
-        out.extend(std::iter::repeat_n(b'0', k.saturating_sub(digits.len())));
-        let frac = match frac.iter().rposition(|&d| d != b'0') {
-            Some(last) => &frac[..=last],
-            None => &b""[..],
-        };
-        if frac.is_empty() && k.saturating_sub(digits.len()) == 0 {
-            out.push(b'0');
-        } else {
-            out.extend_from_slice(frac);
+        out.extend(std::iter::repeat_n(b'0', k - frac.len()));
+        match frac.iter().rposition(|&d| d != b'0') {
+            Some(last) => out.extend_from_slice(&frac[..=last]),
+            None => out.push(b'0'),
         }
         return true;
     }

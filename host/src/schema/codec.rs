@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::protobuf::ProtoSchema;
 use super::registry::{Compiled, LookupError, Registered, Registry, SchemaKind};
 use crate::config::schema::{Decode, Encode, SchemaFormat, SubjectStrategy};
-use crate::message::{Header, Message};
+use crate::message::Message;
 use crate::metrics::Metrics;
 
 /// The wire format's first byte.
@@ -183,11 +183,9 @@ impl Decoder {
             text: format!("{side}: {}", e.text),
             ..e
         })?;
-        match &recent.schema {
-            Some(s) if s.id == id => recent.hits += 1,
-            _ => recent.schema = None,
-        }
-        if recent.schema.is_none() {
+        if recent.schema.as_ref().is_some_and(|s| s.id == id) {
+            recent.hits += 1;
+        } else {
             recent.schema = self.registry.cached(id);
         }
         let schema = match &recent.schema {
@@ -287,12 +285,6 @@ pub(super) fn wire(
         }
         (Err(why), _) => Err(why.clone()),
     }
-}
-
-/// Adds the `weir.schema.*` headers of `schema` (its id, and its subject and version when the
-/// registry said); their values are the schema's own, shared (no allocation per record).
-fn add_schema_headers(headers: &mut Vec<Header>, schema: &Registered) {
-    headers.extend_from_slice(schema.headers());
 }
 
 /// The schema kind a format names (`auto`: any).
@@ -763,8 +755,9 @@ impl Decoding<'_> {
                 self.spare.push(wire);
             }
             m.headers.retain(|h| !h.key.starts_with("weir.schema."));
+            // The schema's own headers, shared (no allocation per record).
             let schema = self.value.schema.as_ref().expect("set by a decode");
-            add_schema_headers(&mut m.headers, schema);
+            m.headers.extend_from_slice(schema.headers());
         }
         Ok(())
     }

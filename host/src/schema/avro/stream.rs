@@ -156,7 +156,9 @@ impl<'a> Scan<'a> {
         self.number_general()
     }
 
-    /// [`Scan::number`] for any shape.
+    /// [`Scan::number`] for the shapes it leaves (an exponent, over 18 integer or 15 decimal
+    /// digits, `-0`): the token checked as JSON's grammar has it, then read by serde_json, so
+    /// the value is the same.
     fn number_general(&mut self) -> Option<Number> {
         let start = self.i;
         let digits = |s: &Self, mut i: usize| {
@@ -173,18 +175,14 @@ impl<'a> Scan<'a> {
             return None;
         }
         self.i = int_end;
-        let mut frac: &[u8] = &[];
-        let mut exp = false;
         if self.s.get(self.i) == Some(&b'.') {
             let end = digits(self, self.i + 1);
             if end == self.i + 1 {
                 return None;
             }
-            frac = &self.s[self.i + 1..end];
             self.i = end;
         }
         if let Some(b'e' | b'E') = self.s.get(self.i) {
-            exp = true;
             let mut at = self.i + 1;
             if let Some(b'+' | b'-') = self.s.get(at) {
                 at += 1;
@@ -195,27 +193,7 @@ impl<'a> Scan<'a> {
             }
             self.i = end;
         }
-        let integer = frac.is_empty() && !exp;
-        let token = &self.s[start..self.i];
-        let value = |digits: &mut dyn Iterator<Item = &u8>| {
-            digits.fold(0i64, |v, d| v * 10 + (d - b'0') as i64)
-        };
-        if integer && int.len() <= 18 && !(neg && int == b"0") {
-            // 18 digits always fit i64; serde_json reads `-0` as a float.
-            let v = value(&mut int.iter());
-            return Some(Number::Int(if neg { -v } else { v }));
-        }
-        let short_decimal = !frac.is_empty() && !exp && int.len() + frac.len() <= 15;
-        let negative_zero = neg && all_zero(int, frac);
-        if short_decimal && !negative_zero {
-            // At most 15 digits (exact in f64) over a power of ten that f64 holds exactly: one
-            // correctly rounded division, which is what any exact reader gives (serde_json's
-            // too, on this path).
-            let m = value(&mut int.iter().chain(frac)) as f64 / POW10[frac.len()];
-            return Some(Number::Float(if neg { -m } else { m }));
-        }
-        // Longer integers and the rest: serde_json's reading, so the value is the same.
-        let v: Json<'_> = serde_json::from_slice(token).ok()?;
+        let v: Json<'_> = serde_json::from_slice(&self.s[start..self.i]).ok()?;
         Some(match v {
             Json::Int(i) => Number::Int(i),
             Json::Uint(u) => Number::Uint(u),
@@ -301,10 +279,6 @@ pub(super) const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
-
-fn all_zero(int: &[u8], frac: &[u8]) -> bool {
-    int.iter().chain(frac).all(|&d| d == b'0')
-}
 
 /// How many bytes from the start are plain string content: not `"`, `\\` or a control
 /// character. Eight at a time (a word's bytes tested at once), then one at a time.
