@@ -116,7 +116,7 @@ fn state_batch(c: &mut Criterion) {
             .then(|| KafkaChangelog::open(src, None, Default::default(), None).expect("producer"));
         if let Some(log) = &log {
             // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
-            registry.set_cache_of_changelog(log.acks());
+            registry.set_cache_of_changelog(log.acks(), false);
         }
         // As a driver does when the lane is assigned.
         chain

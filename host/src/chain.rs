@@ -358,20 +358,7 @@ impl Chain {
         generation: u64,
         changelog: Option<&dyn crate::sink::Changelog>,
     ) -> Result<crate::state::Restored, InstanceError> {
-        let mut all = crate::state::Restored::default();
-        for s in &self.stages {
-            let Some(b) = &s.slot.spec.state else {
-                continue;
-            };
-            let failed = state_error(&s.slot.spec.name);
-            let part = b.partition(key, generation).map_err(&failed)?;
-            if let Some(changelog) = changelog {
-                let r = part.restore(changelog).map_err(&failed)?;
-                all.records += r.records;
-                all.rebuilt |= r.rebuilt;
-            }
-        }
-        Ok(all)
+        restore_state(&self.state(), key, generation, changelog)
     }
 
     /// The state of every stateful stage for `lane`'s partition.
@@ -539,6 +526,19 @@ impl Chain {
             })
             .collect()
     }
+}
+
+/// [`Chain::restore_state`] with the chain's [`Chain::state`] (which, unlike the chain,
+/// other threads may use: partitions restore side by side).
+pub fn restore_state(
+    state: &crate::state::StateRegistry,
+    key: &crate::source::PartitionKey,
+    generation: u64,
+    changelog: Option<&dyn crate::sink::Changelog>,
+) -> Result<crate::state::Restored, InstanceError> {
+    state
+        .restore(key, generation, changelog)
+        .map_err(|(stage, e)| state_error(&stage)(e))
 }
 
 /// A stage's state store failed: the chain's error naming the stage.

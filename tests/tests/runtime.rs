@@ -739,21 +739,13 @@ impl Changelog for FakeChangelog {
         let eos = self.shared.eos.load(Ordering::SeqCst);
         let mut w = self.shared.world();
         let part = PartitionKey::new(&lane.topic, lane.partition);
+        if eos {
+            // Exactly-once, each key's last write per transaction goes in at its commit.
+            w.violations.push(format!(
+                "{part}: a run's changelog records sent with its outcomes under exactly-once"
+            ));
+        }
         for r in records {
-            if eos {
-                match w.txn.open_changes.get_mut(&part) {
-                    Some(open) => open.push((
-                        r.topic.to_string(),
-                        lane.partition,
-                        r.key.to_string(),
-                        r.value.clone(),
-                        r.tag,
-                    )),
-                    None => w
-                        .violations
-                        .push(format!("{part}: changelog record outside a transaction")),
-                }
-            }
             w.held_changes.push((
                 (
                     r.topic.to_string(),
@@ -769,6 +761,28 @@ impl Changelog for FakeChangelog {
         if !self.shared.stall.load(Ordering::SeqCst) {
             self.shared.release();
         }
+    }
+
+    fn write_to_transaction(&self, lane: &Lane, records: &[ChangeRecord]) -> Result<(), String> {
+        let mut w = self.shared.world();
+        if !self.shared.eos.load(Ordering::SeqCst) {
+            w.violations
+                .push("changelog records into a transaction at-least-once".into());
+        }
+        let part = PartitionKey::new(&lane.topic, lane.partition);
+        let Some(open) = w.txn.open_changes.get_mut(&part) else {
+            return Err(format!("{part}: no transaction is open"));
+        };
+        open.extend(records.iter().map(|r| {
+            (
+                r.topic.to_string(),
+                lane.partition,
+                r.key.to_string(),
+                r.value.clone(),
+                r.tag,
+            )
+        }));
+        Ok(())
     }
 
     fn restore(
@@ -1821,11 +1835,19 @@ fn state_the_changelog_checkpoint_follows_the_commits_so_a_restart_rereads_only_
             let log = &w.changelog[&("t.m.counts.changelog".to_owned(), 0)];
             (log.len(), log.iter().filter(|(k, _)| k == "seen").count())
         };
-        // `seen` is written by every message; a run sends each key's last write only.
+        // `seen` is written by every message; a run sends each key's last write only, and
+        // exactly-once a transaction does.
         assert!(
             (1..100).contains(&seen_records),
             "eos {eos}: {seen_records} changelog records of `seen` for 300 messages"
         );
+        if eos {
+            let commits = shared.world().txn.commits.len();
+            assert!(
+                seen_records <= commits,
+                "{seen_records} changelog records of `seen` in {commits} transactions"
+            );
+        }
         let b = shared.state.lock().unwrap().clone().unwrap();
         let cp = b.store().checkpoint(&p(0)).unwrap();
         assert_eq!(

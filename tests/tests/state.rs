@@ -52,6 +52,48 @@ fn totals(lines: &[Value]) -> Vec<(String, i64)> {
 }
 
 #[test]
+fn a_calls_writes_and_deletes_show_in_its_own_reads_and_key_listings() {
+    // One packed call answers all of them: the Rust SDK keeps the call's writes in the guest
+    // until it returns, so every read and listing must see the earlier messages' writes.
+    let s = scratch!();
+    let input: Vec<Value> = [
+        ("b", "1"),
+        ("a", "1"),
+        ("b", "2"),
+        ("c", "1"),
+        ("a", "delete"),
+    ]
+    .iter()
+    .map(|(k, v)| json!({"key": k, "value": v}))
+    .collect();
+    s.jsonl("in.jsonl", &input);
+    jsonl_pipeline(
+        &s,
+        &stateful(
+            "m",
+            MISBEHAVE,
+            "{ buckets: [seen] }",
+            &[("list_in", "seen")],
+        ),
+    );
+    run_ok(&s);
+    let listed: Vec<String> = s
+        .read_jsonl("out.jsonl")
+        .iter()
+        .map(|l| l["value"].as_str().expect("a text value").to_owned())
+        .collect();
+    assert_eq!(listed, ["b", "a,b", "a,b", "a,b,c", "b,c"]);
+    // The second run (a local source's state is kept) lists what the first one left.
+    s.jsonl("in.jsonl", &[json!({"key": "d", "value": "1"})]);
+    run_ok(&s);
+    let listed = s.read_jsonl("out.jsonl");
+    assert_eq!(
+        listed[0]["value"], "b,c,d",
+        "the first run's writes were kept"
+    );
+}
+
+#[test]
 fn a_second_run_over_a_local_file_continues_from_the_first_runs_state() {
     let s = scratch!();
     let input: Vec<Value> = [("a", 5), ("b", 2), ("a", 3)]

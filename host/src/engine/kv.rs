@@ -10,6 +10,7 @@ use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker, Resource};
 
 use super::bindings::wasi::keyvalue::{atomics, batch, store};
+use super::bindings::weir::stage::state_limits;
 use super::bindings::{KeyResponse, KvError};
 use super::StageState;
 use crate::state::log::{Slot, SlotMap, SlotRef};
@@ -134,7 +135,14 @@ pub fn add_to_linker(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
     store::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
     atomics::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
     batch::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
+    state_limits::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
     Ok(())
+}
+
+impl state_limits::Host for StageState {
+    fn max_value(&mut self) -> u64 {
+        self.kv.spec.as_ref().map_or(0, |s| s.max_value as u64)
+    }
 }
 
 fn bucket_of(s: &mut StageState, b: &Resource<BucketHandle>) -> Result<u16, KvError> {

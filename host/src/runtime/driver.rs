@@ -110,6 +110,9 @@ pub enum DriverEvent {
     Exited(usize),
 }
 
+/// Most partitions a driver restores side by side.
+const RESTORES_AT_ONCE: usize = 8;
+
 /// Exactly-once delivery: the lanes' transactions and when they commit.
 #[derive(Clone)]
 pub struct TxnSetup {
@@ -345,44 +348,66 @@ impl Driver {
     /// `read_committed` restore reads to the end). The lane's first batch waits for it.
     /// False when a store cannot be restored (the run stops).
     fn restore_new_lanes(&mut self) -> bool {
+        let todo: Vec<usize> = (0..self.lanes.len())
+            .filter(|&i| !self.lanes[i].restored && self.lanes[i].opened)
+            .collect();
+        if todo.is_empty() {
+            return true;
+        }
         let changelog = self.s.outputs.changelog.clone();
-        for i in 0..self.lanes.len() {
-            let l = &self.lanes[i];
-            if l.restored || !l.opened {
-                continue;
-            }
-            let key = l.key.clone();
+        let state = self.s.chain.state();
+        // Side by side: a restore mostly waits on the broker (a partition with nothing to
+        // read still asks for its end twice, a moment apart).
+        for chunk in todo.chunks(RESTORES_AT_ONCE) {
+            let jobs: Vec<(usize, PartitionKey, u64)> = chunk
+                .iter()
+                .map(|&i| (i, self.lanes[i].key.clone(), self.lanes[i].generation))
+                .collect();
             let m = &self.s.metrics;
-            if changelog.is_some() {
-                m.state_restoring.inc();
-            }
-            let t0 = Instant::now();
-            let r = self
-                .s
-                .chain
-                .restore_state(&key, l.generation, changelog.as_deref());
-            if changelog.is_some() {
-                m.state_restoring.dec();
-            }
-            match r {
-                Ok(r) => {
-                    if changelog.is_some() {
-                        m.state_restored.inc_by(r.records);
-                        let secs = t0.elapsed().as_secs_f64();
-                        tracing::info!(partition = %key, records = r.records, rebuilt = r.rebuilt,
-                            ms = (secs * 1e3) as u64,
-                            records_per_s = (r.records as f64 / secs.max(1e-6)) as u64,
-                            "state restored from the changelog");
+            let results: Vec<_> = std::thread::scope(|scope| {
+                let running: Vec<_> = jobs
+                    .iter()
+                    .map(|(_, key, generation)| {
+                        let (state, changelog) = (&state, changelog.as_deref());
+                        scope.spawn(move || {
+                            if changelog.is_some() {
+                                m.state_restoring.inc();
+                            }
+                            let t0 = Instant::now();
+                            let r = crate::chain::restore_state(state, key, *generation, changelog);
+                            if changelog.is_some() {
+                                m.state_restoring.dec();
+                            }
+                            (r, t0.elapsed())
+                        })
+                    })
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            });
+            for ((i, key, _), (r, took)) in jobs.into_iter().zip(results) {
+                match r {
+                    Ok(r) => {
+                        if changelog.is_some() {
+                            m.state_restored.inc_by(r.records);
+                            let secs = took.as_secs_f64();
+                            tracing::info!(partition = %key, records = r.records, rebuilt = r.rebuilt,
+                                ms = (secs * 1e3) as u64,
+                                records_per_s = (r.records as f64 / secs.max(1e-6)) as u64,
+                                "state restored from the changelog");
+                        }
+                        self.lanes[i].restored = true;
                     }
-                    self.lanes[i].restored = true;
-                }
-                Err(source) => {
-                    tracing::error!(partition = %key, "{source}; stopping");
-                    let _ = self
-                        .s
-                        .events
-                        .send(DriverEvent::Error(DriverError::Instance { key, source }));
-                    return false;
+                    Err(source) => {
+                        tracing::error!(partition = %key, "{source}; stopping");
+                        let _ = self
+                            .s
+                            .events
+                            .send(DriverEvent::Error(DriverError::Instance { key, source }));
+                        return false;
+                    }
                 }
             }
         }
@@ -427,10 +452,16 @@ impl Driver {
         }
         // One after another: once its records are acknowledged a commit is a round trip or
         // two (~1 ms on the mock cluster).
+        // The state's changelog records of every one go in first: their producers send them
+        // side by side, and each commit then waits only for what is still unacknowledged.
+        let prepared: Vec<Result<(), TxnError>> = jobs
+            .iter()
+            .map(|&(i, next, _)| self.changes_into_transaction(i, next))
+            .collect();
         let mut ok = true;
-        for (i, next, since) in jobs {
+        for ((i, next, since), prepared) in jobs.into_iter().zip(prepared) {
             let t0 = Instant::now();
-            let result = t.api.commit(&self.lanes[i].key, next);
+            let result = prepared.and_then(|()| t.api.commit(&self.lanes[i].key, next));
             let took = t0.elapsed();
             let key = self.lanes[i].key.clone();
             let m = &self.s.metrics;
@@ -462,6 +493,27 @@ impl Driver {
             }
         }
         ok
+    }
+
+    /// Exactly-once: the state writes of lane `i`'s open transaction (each key's last) go
+    /// into it, just before it commits at `next`.
+    fn changes_into_transaction(&self, i: usize, next: i64) -> Result<(), TxnError> {
+        let (Some(state), Some(changelog)) = (&self.s.state, &self.s.outputs.changelog) else {
+            return Ok(());
+        };
+        let l = &self.lanes[i];
+        let changes = state.take_changes(&l.key, l.generation, next);
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.s.metrics.state_writes.inc_by(changes.len() as u64);
+        changelog
+            .write_to_transaction(&l.lane, &changes)
+            .map_err(|why| TxnError::Failed {
+                key: l.key.clone(),
+                what: "commit",
+                why: format!("state changelog: {why}"),
+            })
     }
 
     /// At the end: after a clean drain every open transaction commits; otherwise (a stage

@@ -137,8 +137,9 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
     if let (Some(s), Some(log)) = (&state, &changelog) {
         // The stores are caches of their changelogs (synced at close, not per commit; the
         // checkpoints follow the acknowledged records), and the stages' writes are copied for
-        // the changelog.
-        s.set_cache_of_changelog(log.acks());
+        // the changelog: with each run's outcomes, or, exactly-once, each key's last write
+        // per transaction.
+        s.set_cache_of_changelog(log.acks(), transactions.is_some());
     }
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
     let mut controls = Vec::new();

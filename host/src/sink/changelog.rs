@@ -108,9 +108,12 @@ pub struct KafkaChangelog {
     acks: Arc<ChangelogAcks>,
     /// Restore consumers' settings.
     consumer: ClientConfig,
-    /// The restore consumer, made at the first restore and kept (a new one costs a bootstrap
-    /// connection and a metadata request: about 100 ms on the mock cluster).
-    restorer: std::sync::Mutex<Option<BaseConsumer<RestoreContext>>>,
+    /// Restore consumers not in use: one is made when a restore finds none and kept (a new
+    /// one costs a bootstrap connection and a metadata request: about 100 ms on the mock
+    /// cluster), so there are as many as restores ran at once.
+    restorers: std::sync::Mutex<Vec<BaseConsumer<RestoreContext>>>,
+    /// Asks where changelog partitions end, for every restore (see [`KafkaChangelog::probe`]).
+    probe: std::sync::Mutex<Option<Arc<BaseConsumer<RestoreContext>>>>,
 }
 
 impl KafkaChangelog {
@@ -169,7 +172,8 @@ impl KafkaChangelog {
             writer,
             acks,
             consumer,
-            restorer: std::sync::Mutex::new(None),
+            restorers: std::sync::Mutex::new(Vec::new()),
+            probe: std::sync::Mutex::new(None),
         })
     }
 
@@ -331,7 +335,13 @@ fn producer_settings(src: &KafkaSource) -> ClientConfig {
 impl Changelog for KafkaChangelog {
     fn write(&self, lane: &Lane, records: &[ChangeRecord], ticket: &Arc<Ticket>) {
         match &self.writer {
-            Writer::Transactional(t) => t.write_changes(lane, records, ticket, &self.acks),
+            Writer::Transactional(t) => {
+                // Into the open transaction: its commit is what makes them count.
+                let result = t.write_changes(lane, records, &self.acks);
+                for _ in records {
+                    ticket.settle(result.clone().err());
+                }
+            }
             Writer::Plain(p) => {
                 for r in records {
                     let d = Box::new((ticket.clone(), r.tag));
@@ -340,6 +350,13 @@ impl Changelog for KafkaChangelog {
                     }
                 }
             }
+        }
+    }
+
+    fn write_to_transaction(&self, lane: &Lane, records: &[ChangeRecord]) -> Result<(), String> {
+        match &self.writer {
+            Writer::Transactional(t) => t.write_changes(lane, records, &self.acks),
+            Writer::Plain(_) => Err("the changelog producer is not transactional".into()),
         }
     }
 
@@ -354,44 +371,16 @@ impl Changelog for KafkaChangelog {
         from: i64,
         apply: &mut super::ApplyRecord<'_>,
     ) -> Result<i64, String> {
-        let mut restorer = self.restorer.lock().unwrap_or_else(|p| p.into_inner());
-        if restorer.is_none() {
-            *restorer = Some(
-                self.consumer
-                    .create_with_context(RestoreContext)
-                    .map_err(|e| format!("changelog `{topic}`: {e}"))?,
-            );
-        }
-        let consumer = restorer.as_ref().expect("made above");
-        let restored = self.restore_with(consumer, topic, partition, from, apply);
-        // The next restore assigns its own partition.
-        let _ = consumer.unassign();
-        restored
-    }
-}
-
-impl KafkaChangelog {
-    fn restore_with(
-        &self,
-        consumer: &BaseConsumer<RestoreContext>,
-        topic: &str,
-        partition: i32,
-        from: i64,
-        apply: &mut super::ApplyRecord<'_>,
-    ) -> Result<i64, String> {
-        let watermarks = || {
-            consumer
-                .fetch_watermarks(topic, partition, REQUEST)
-                .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))
-        };
+        // Where the partition ends, asked with the probe (many restores at once may share it).
+        let probe = self.probe(topic)?;
+        let watermarks = || marks(&probe, topic, partition);
         let (low, mut high) = watermarks()?;
         if from > high {
             return Ok(high);
         }
         if from == high {
             // Nothing after the checkpoint (a new or caught-up partition), unless the end
-            // offset lags: asked again a moment later (a short one: every partition of an
-            // assignment pays it, one after another).
+            // offset lags: asked again a moment later (a short one: it is paid per partition).
             std::thread::sleep(EMPTY_CHECK);
             let (_, again) = watermarks()?;
             if again == high {
@@ -399,53 +388,116 @@ impl KafkaChangelog {
             }
             high = again;
         }
-        // The end is the end once the broker says the same twice, a moment apart, and no
-        // record came in between: a broker's end offset can lag behind records it has
-        // acknowledged (tansu 0.6's does, and its end-of-partition events with it), and a
-        // restore that stopped there would lose the last writes.
-        let mut position = from.max(low);
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, partition, Offset::Offset(position))
-            .map_err(|e| e.to_string())?;
-        consumer.assign(&tpl).map_err(|e| e.to_string())?;
-        let mut last_progress = Instant::now();
-        let mut quiet_since: Option<Instant> = (position >= high).then(Instant::now);
-        loop {
-            match consumer.poll(Duration::from_millis(20)) {
-                Some(Ok(m)) => {
-                    last_progress = Instant::now();
-                    let key = m.key().map(String::from_utf8_lossy).unwrap_or_default();
-                    apply(m.offset(), &key, m.payload());
-                    position = m.offset() + 1;
-                    quiet_since = (position >= high).then(Instant::now);
-                }
-                // The end as the last fetch saw it (transaction markers, which a consumer
-                // never sees, may follow the last record).
-                Some(Err(KafkaError::PartitionEOF(_))) => {
-                    quiet_since.get_or_insert_with(Instant::now);
-                }
-                Some(Err(e)) => {
-                    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OffsetOutOfRange) {
-                        return Err(format!("changelog `{topic}` partition {partition}: {e}"));
-                    }
-                    tracing::warn!(topic, partition, "restoring: {e}");
-                }
-                None => {}
-            }
-            if quiet_since.is_some_and(|q| q.elapsed() >= END_CHECK) {
-                let (_, again) = watermarks()?;
-                if again <= high {
-                    return Ok(high.max(position));
-                }
-                high = again;
+        // Records to read: a consumer of its own (partitions restore side by side), kept
+        // for the next (a new one costs a bootstrap connection).
+        let kept = self
+            .restorers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        let consumer = match kept {
+            Some(c) => c,
+            None => self
+                .consumer
+                .create_with_context(RestoreContext)
+                .map_err(|e| format!("changelog `{topic}`: {e}"))?,
+        };
+        let restored = read_to_end(&consumer, topic, partition, from.max(low), high, apply);
+        // The next restore assigns its own partition.
+        let _ = consumer.unassign();
+        self.restorers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(consumer);
+        restored
+    }
+}
+
+impl KafkaChangelog {
+    /// The consumer that asks where partitions end (made at the first restore, never
+    /// assigned).
+    fn probe(&self, topic: &str) -> Result<Arc<BaseConsumer<RestoreContext>>, String> {
+        let mut probe = self.probe.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = &*probe {
+            return Ok(p.clone());
+        }
+        let p: Arc<BaseConsumer<RestoreContext>> = Arc::new(
+            self.consumer
+                .create_with_context(RestoreContext)
+                .map_err(|e| format!("changelog `{topic}`: {e}"))?,
+        );
+        *probe = Some(p.clone());
+        Ok(p)
+    }
+}
+
+/// The low and high watermarks of `topic`'s `partition`.
+fn marks(
+    consumer: &BaseConsumer<RestoreContext>,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), String> {
+    consumer
+        .fetch_watermarks(topic, partition, REQUEST)
+        .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))
+}
+
+/// Reads `topic`'s `partition` from `position` (the end was `high` when asked), handing each
+/// record to `apply`; returns the end.
+fn read_to_end(
+    consumer: &BaseConsumer<RestoreContext>,
+    topic: &str,
+    partition: i32,
+    mut position: i64,
+    mut high: i64,
+    apply: &mut super::ApplyRecord<'_>,
+) -> Result<i64, String> {
+    let watermarks = || marks(consumer, topic, partition);
+    // The end is the end once the broker says the same twice, a moment apart, and no
+    // record came in between: a broker's end offset can lag behind records it has
+    // acknowledged (tansu 0.6's does, and its end-of-partition events with it), and a
+    // restore that stopped there would lose the last writes.
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(position))
+        .map_err(|e| e.to_string())?;
+    consumer.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut last_progress = Instant::now();
+    let mut quiet_since: Option<Instant> = (position >= high).then(Instant::now);
+    loop {
+        match consumer.poll(Duration::from_millis(20)) {
+            Some(Ok(m)) => {
+                last_progress = Instant::now();
+                let key = m.key().map(String::from_utf8_lossy).unwrap_or_default();
+                apply(m.offset(), &key, m.payload());
+                position = m.offset() + 1;
                 quiet_since = (position >= high).then(Instant::now);
             }
-            if last_progress.elapsed() > RESTORE_STALL {
-                return Err(format!(
+            // The end as the last fetch saw it (transaction markers, which a consumer
+            // never sees, may follow the last record).
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                quiet_since.get_or_insert_with(Instant::now);
+            }
+            Some(Err(e)) => {
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::OffsetOutOfRange) {
+                    return Err(format!("changelog `{topic}` partition {partition}: {e}"));
+                }
+                tracing::warn!(topic, partition, "restoring: {e}");
+            }
+            None => {}
+        }
+        if quiet_since.is_some_and(|q| q.elapsed() >= END_CHECK) {
+            let (_, again) = watermarks()?;
+            if again <= high {
+                return Ok(high.max(position));
+            }
+            high = again;
+            quiet_since = (position >= high).then(Instant::now);
+        }
+        if last_progress.elapsed() > RESTORE_STALL {
+            return Err(format!(
                     "changelog `{topic}` partition {partition}: no record for {}s while restoring (at offset {position} of {high})",
                     RESTORE_STALL.as_secs()
                 ));
-            }
         }
     }
 }

@@ -278,13 +278,18 @@ pub type ApplyRecord<'a> = dyn FnMut(i64, &str, Option<&[u8]>) + 'a;
 
 /// Where stages' state writes are made durable: a compacted changelog topic per stage and
 /// bucket, partitioned like the source. At-least-once its records carry a ticket of the
-/// batch, so no offset commits before they are acknowledged; exactly-once they go into the
-/// partition's transaction.
+/// batch, so no offset commits before they are acknowledged; exactly-once each key's last
+/// write of a transaction goes into it just before it commits (Kafka Streams' record cache:
+/// one record per key per transaction, not per write).
 pub trait Changelog: Send + Sync {
     /// Sends the writes of a batch of `lane` to the changelog partition of the lane's
     /// partition; each acknowledgement settles `ticket` once and is noted in [`Changelog::acks`]
     /// with its offset.
     fn write(&self, lane: &Lane, records: &[ChangeRecord], ticket: &Arc<Ticket>);
+    /// Exactly-once: puts `records` (each key's last write since the partition's last
+    /// commit) into the open transaction of `lane`'s partition, just before it commits. Its
+    /// commit waits for their acknowledgements (noted in [`Changelog::acks`]).
+    fn write_to_transaction(&self, lane: &Lane, records: &[ChangeRecord]) -> Result<(), String>;
     /// Where the acknowledged records landed.
     fn acks(&self) -> &Arc<ChangelogAcks>;
     /// Reads partition `partition` of `topic` from offset `from` to its end (committed

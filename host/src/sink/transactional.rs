@@ -39,7 +39,8 @@ const COMMIT_RETRIES: usize = 3;
 
 /// A record on its way, and which destination it counts for.
 pub struct TxnDelivery {
-    ticket: Arc<Ticket>,
+    /// None: a changelog record written just before the commit (the commit waits for it).
+    ticket: Option<Arc<Ticket>>,
     /// None: a stage's changelog record.
     role: Option<Role>,
     /// A changelog record: where to note its offset, and its tag.
@@ -112,9 +113,15 @@ impl ProducerContext for TxnContext {
                     use rdkafka::Message as _;
                     acks.acked(m.topic(), m.partition(), *tag, m.offset());
                 }
-                d.ticket.settle(None);
+                if let Some(t) = &d.ticket {
+                    t.settle(None);
+                }
             }
-            Err((e, _)) => d.ticket.settle(Some(format!("delivery failed: {e}"))),
+            Err((e, _)) => {
+                if let Some(t) = &d.ticket {
+                    t.settle(Some(format!("delivery failed: {e}")));
+                }
+            }
         }
     }
 }
@@ -178,33 +185,31 @@ impl KafkaTransactions {
         })
     }
 
-    /// Stateful stages' changelog records of `lane`, into its partition's open transaction.
+    /// Stateful stages' changelog records of `lane` (each key's last write since the
+    /// partition's last commit), into its partition's open transaction, just before it
+    /// commits: the commit waits for their acknowledgements, and fails if one fails.
     pub fn write_changes(
         &self,
         lane: &Lane,
         records: &[super::ChangeRecord],
-        ticket: &Arc<Ticket>,
         acks: &Arc<super::ChangelogAcks>,
-    ) {
+    ) -> Result<(), String> {
         let key = PartitionKey {
             topic: lane.topic.clone(),
             partition: lane.partition,
         };
-        let producer = self.producer(&key);
+        let producer = self
+            .producer(&key)
+            .ok_or_else(|| format!("{key}: no transactional producer is open"))?;
         for r in records {
-            let Some(producer) = &producer else {
-                ticket.settle(Some(format!("{key}: no transactional producer is open")));
-                continue;
-            };
             let d = Box::new(TxnDelivery {
-                ticket: ticket.clone(),
+                ticket: None,
                 role: None,
                 change: Some((acks.clone(), r.tag)),
             });
-            if let Err(why) = super::changelog::send_change(producer, lane.partition, r, d) {
-                ticket.settle(Some(why));
-            }
+            super::changelog::send_change(&producer, lane.partition, r, d)?;
         }
+        Ok(())
     }
 
     /// The transactional id of a partition.
@@ -419,12 +424,14 @@ impl Sink for TxnSink {
                 continue;
             };
             let d = Box::new(TxnDelivery {
-                ticket,
+                ticket: Some(ticket),
                 role: Some(self.role),
                 change: None,
             });
             if let Err((d, why)) = send(producer, to, msg, headers, d) {
-                d.ticket.settle(Some(why));
+                if let Some(t) = &d.ticket {
+                    t.settle(Some(why));
+                }
             }
         }
         Ok(())

@@ -114,6 +114,16 @@ impl Log {
         other.clear();
     }
 
+    /// The sequence number the next write will get (every write ever pushed counts).
+    pub fn end(&self) -> u64 {
+        self.base + self.entries.len() as u64
+    }
+
+    /// The writes from sequence number `seq` on (those still in the log), oldest first.
+    pub fn since(&self, seq: u64) -> impl Iterator<Item = &Entry> {
+        self.entries.range(seq.saturating_sub(self.base) as usize..)
+    }
+
     /// Whether there are no writes.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

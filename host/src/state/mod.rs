@@ -124,6 +124,10 @@ pub struct PartitionState {
     generation: u64,
     spec: Arc<StateSpec>,
     store: Arc<StageStore>,
+    /// Exactly-once: the changelog gets each key's last write per transaction, taken
+    /// ([`Self::take_changes`]) just before it commits; otherwise each run's writes go out
+    /// with its outcomes.
+    per_transaction: bool,
     inner: Mutex<Inner>,
 }
 
@@ -131,8 +135,11 @@ pub struct PartitionState {
 struct Inner {
     /// Writes of the chain run in progress.
     batch: Log,
-    /// Writes of runs whose outcomes went out, not yet committed.
+    /// Writes of runs whose outcomes went out, not yet in the store.
     pending: Log,
+    /// Exactly-once: the pending writes from this sequence number on are not in the
+    /// changelog yet.
+    unsent: u64,
     /// Store values read (none: absent in the store).
     cache: SlotMap<Option<Vec<u8>>>,
     checkpoint: Checkpoint,
@@ -341,7 +348,7 @@ impl PartitionState {
             let records = g
                 .batch
                 .latest_writes()
-                .filter(|_| self.store.has_changelog());
+                .filter(|_| self.store.has_changelog() && !self.per_transaction);
             changes.extend(records.map(|e| ChangeRecord {
                 topic: self.spec.changelogs[e.slot.0 as usize].clone(),
                 key: e.slot.1.clone(),
@@ -353,6 +360,34 @@ impl PartitionState {
         } else {
             g.batch.clear();
         }
+    }
+
+    /// Exactly-once, just before the partition's transaction commits at `next`: the changelog
+    /// records of the pending writes tagged below `next` that are not in the changelog yet,
+    /// each key's last (the transaction's earlier values of a key would only be compacted
+    /// away), in the order they were made.
+    pub fn take_changes(&self, next: i64, changes: &mut Vec<ChangeRecord>) {
+        let mut g = self.lock();
+        let from = g.unsent.max(g.pending.end() - g.pending.len() as u64);
+        let unsent: Vec<&log::Entry> = g.pending.since(from).take_while(|e| e.tag < next).collect();
+        let taken = unsent.len() as u64;
+        let mut seen: std::collections::HashSet<&Slot, foldhash::fast::RandomState> =
+            Default::default();
+        let start = changes.len();
+        changes.extend(
+            unsent
+                .iter()
+                .rev()
+                .filter(|e| seen.insert(&e.slot))
+                .map(|e| ChangeRecord {
+                    topic: self.spec.changelogs[e.slot.0 as usize].clone(),
+                    key: e.slot.1.clone(),
+                    value: e.value.clone(),
+                    tag: e.tag,
+                }),
+        );
+        changes[start..].reverse();
+        g.unsent = from + taken;
     }
 
     /// Brings the store up to the end of the changelog, from its checkpoint (all of it when
@@ -517,6 +552,8 @@ pub struct StageBuckets {
     /// What the stage declared.
     pub spec: Arc<StateSpec>,
     store: Arc<StageStore>,
+    /// See [`PartitionState::take_changes`].
+    per_transaction: std::sync::atomic::AtomicBool,
     parts: Mutex<HashMap<PartitionKey, Arc<PartitionState>>>,
 }
 
@@ -574,8 +611,13 @@ impl StageBuckets {
             generation,
             spec: self.spec.clone(),
             store: self.store.clone(),
+            per_transaction: self
+                .per_transaction
+                .load(std::sync::atomic::Ordering::Relaxed),
             inner: Mutex::new(Inner {
                 checkpoint,
+                // The first commits need not reach the store at once either.
+                flushed: Some(std::time::Instant::now()),
                 ..Inner::default()
             }),
         }))
@@ -662,6 +704,7 @@ impl StateRegistry {
                 Ok(Arc::new(StageBuckets {
                     spec: Arc::new(spec),
                     store: Arc::new(store),
+                    per_transaction: Default::default(),
                     parts: Mutex::new(HashMap::new()),
                 }))
             })
@@ -676,10 +719,36 @@ impl StateRegistry {
 
     /// The stores are caches of changelogs whose acknowledged records are noted in `acks`:
     /// their commits need not be synced one by one, and they move the changelog checkpoints.
-    pub fn set_cache_of_changelog(&self, acks: &Arc<crate::sink::ChangelogAcks>) {
+    /// `per_transaction` (exactly-once): the changelogs get each key's last write per
+    /// transaction ([`Self::take_changes`]), not each run's writes.
+    pub fn set_cache_of_changelog(
+        &self,
+        acks: &Arc<crate::sink::ChangelogAcks>,
+        per_transaction: bool,
+    ) {
         for s in &self.stages {
             s.store.set_cache_of_changelog(acks.clone());
+            s.per_transaction
+                .store(per_transaction, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// Exactly-once, just before partition `key`'s transaction of assignment `generation`
+    /// commits at `next`: every stage's changelog records for it (see
+    /// [`PartitionState::take_changes`]).
+    pub fn take_changes(
+        &self,
+        key: &PartitionKey,
+        generation: u64,
+        next: i64,
+    ) -> Vec<ChangeRecord> {
+        let mut changes = Vec::new();
+        for s in &self.stages {
+            if let Some(p) = s.owned(key).filter(|p| p.generation == generation) {
+                p.take_changes(next, &mut changes);
+            }
+        }
+        changes
     }
 
     /// Every stage's changelog topics.
@@ -720,6 +789,28 @@ impl StateRegistry {
             }
         }
         Ok(())
+    }
+
+    /// Partition `key` is this process's in assignment `generation`: every stage opens its
+    /// state from the store and, with a changelog, catches it up with the changelog
+    /// ([`PartitionState::restore`]). An error names the stage.
+    pub fn restore(
+        &self,
+        key: &PartitionKey,
+        generation: u64,
+        changelog: Option<&dyn Changelog>,
+    ) -> Result<Restored, (String, StoreError)> {
+        let mut all = Restored::default();
+        for s in &self.stages {
+            let failed = |e| (s.spec.stage.clone(), e);
+            let part = s.partition(key, generation).map_err(failed)?;
+            if let Some(changelog) = changelog {
+                let r = part.restore(changelog).map_err(failed)?;
+                all.records += r.records;
+                all.rebuilt |= r.rebuilt;
+            }
+        }
+        Ok(all)
     }
 
     /// The partition left this process.

@@ -7,7 +7,9 @@
 //! in that state bucket (before it misbehaves), so tests see which writes were kept; a bucket
 //! that cannot be opened rejects the message with the error. With config `get_set: BUCKET`,
 //! every message first reads its key's value in that bucket and sets it to the message's
-//! value (one `get` and one `set`: what the state benchmarks measure).
+//! value (one `get` and one `set`: what the state benchmarks measure). With config
+//! `list_in: BUCKET`, a message sets its key in that bucket (value `delete`: deletes it), lists
+//! the bucket's keys and goes on with them as its value, joined by `,`.
 use weir_sdk::state::Bucket;
 use weir_sdk::{Config, Message, Outcome};
 
@@ -15,6 +17,7 @@ use weir_sdk::{Config, Message, Outcome};
 pub struct Setup {
     count_in: Option<String>,
     get_set: Option<String>,
+    list_in: Option<String>,
 }
 
 /// Reads the config.
@@ -24,6 +27,7 @@ pub fn setup(config: &Config) -> Result<Setup, String> {
         None => Ok(Setup {
             count_in: config.get("count_in").map(str::to_owned),
             get_set: config.get("get_set").map(str::to_owned),
+            list_in: config.get("list_in").map(str::to_owned),
         }),
     }
 }
@@ -50,6 +54,20 @@ pub fn misbehave(msg: &Message<'_>, setup: &Setup) -> Outcome {
         if let Err(e) = done {
             return Outcome::reject(format!("state: {e}"));
         }
+    }
+    if let Some(name) = &setup.list_in {
+        let key = msg.key_str().unwrap_or_default();
+        let listed = Bucket::open(name).and_then(|b| {
+            match value {
+                "delete" => b.delete(key)?,
+                _ => b.set(key, value)?,
+            }
+            b.keys()
+        });
+        return match listed {
+            Ok(keys) => Outcome::map(msg.to_owned().value(keys.join(","))),
+            Err(e) => Outcome::reject(format!("state: {e}")),
+        };
     }
     match value {
         "trap" => panic!("misbehave: asked to trap at offset {}", msg.offset()),

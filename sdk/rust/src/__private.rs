@@ -28,6 +28,29 @@ pub use bindings::weir::stage::types::{
     Message as WitMessage, Metadata as WitMetadata, Outcome as WitOutcome,
 };
 
+thread_local! {
+    /// Set once the stage opened a bucket: what begins and ends each call's state writes
+    /// (`weir_sdk::state` keeps them in the guest until the call returns).
+    static STATE_CALLS: std::cell::Cell<Option<fn(bool)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The stage uses state: `calls(false)` when a call begins, `calls(true)` when it returns.
+pub fn state_in_use(calls: fn(bool)) {
+    STATE_CALLS.set(Some(calls));
+}
+
+fn call_begins() {
+    if let Some(f) = STATE_CALLS.get() {
+        f(false);
+    }
+}
+
+fn call_returns() {
+    if let Some(f) = STATE_CALLS.get() {
+        f(true);
+    }
+}
+
 /// The per-instance state cell the export macro declares.
 pub type State<T> = LocalKey<RefCell<Option<T>>>;
 
@@ -75,7 +98,10 @@ pub fn process_typed<T: Stage>(
         partition: meta.partition,
         offset: meta.offset,
     };
-    match with_stage(state, |s| s.process(&view)) {
+    call_begins();
+    let outcome = with_stage(state, |s| s.process(&view));
+    call_returns();
+    match outcome {
         Outcome::Keep => WitOutcome::Keep,
         Outcome::Next(out) => WitOutcome::Next(
             out.into_iter()
@@ -104,6 +130,7 @@ pub fn process_batch<T: Stage>(state: &'static State<T>, input: &[u8]) -> Vec<u8
     };
     let (topic, partition) = (reader.topic, reader.partition);
     let mut out = weir_abi::ResultWriter::new(reader.count as usize);
+    call_begins();
     with_stage(state, |stage| {
         for m in reader {
             let m = m.unwrap_or_else(|e| panic!("weir: {e}"));
@@ -138,5 +165,6 @@ pub fn process_batch<T: Stage>(state: &'static State<T>, input: &[u8]) -> Vec<u8
             }
         }
     });
+    call_returns();
     out.finish()
 }

@@ -68,7 +68,7 @@ impl std::error::Error for Error {}
 /// One of the stage's buckets.
 pub struct Bucket {
     #[cfg(target_arch = "wasm32")]
-    inner: std::rc::Rc<host::Bucket>,
+    inner: host::Open,
     #[cfg(not(target_arch = "wasm32"))]
     name: String,
 }
@@ -94,7 +94,7 @@ impl Bucket {
     /// The value of `key`, none when it has none.
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
         #[cfg(target_arch = "wasm32")]
-        return self.inner.get(key).map_err(host::error);
+        return host::get(&self.inner, key);
         #[cfg(not(target_arch = "wasm32"))]
         return Ok(native::with(&self.name, |b| b.get(key).cloned()));
     }
@@ -109,7 +109,10 @@ impl Bucket {
                 .try_into()
                 .map(|b| Some(i64::from_le_bytes(b)))
                 .map_err(|_| {
-                    Error::Other(format!("key {key:?} holds {} bytes, not a number", v.len()))
+                    Error::Other(format!(
+                        "key {key:?} holds {} bytes, not a number (increment stores 8 little-endian bytes)",
+                        v.len()
+                    ))
                 }),
         }
     }
@@ -117,7 +120,7 @@ impl Bucket {
     /// Sets the value of `key`.
     pub fn set(&self, key: &str, value: impl AsRef<[u8]>) -> Result<(), Error> {
         #[cfg(target_arch = "wasm32")]
-        return self.inner.set(key, value.as_ref()).map_err(host::error);
+        return host::set(&self.inner, key, value.as_ref());
         #[cfg(not(target_arch = "wasm32"))]
         return native::set(&self.name, key, Some(value.as_ref()));
     }
@@ -130,7 +133,7 @@ impl Bucket {
     /// Removes `key`.
     pub fn delete(&self, key: &str) -> Result<(), Error> {
         #[cfg(target_arch = "wasm32")]
-        return self.inner.delete(key).map_err(host::error);
+        return host::write(&self.inner, key, None);
         #[cfg(not(target_arch = "wasm32"))]
         return native::set(&self.name, key, None);
     }
@@ -138,58 +141,33 @@ impl Bucket {
     /// Whether `key` has a value.
     pub fn exists(&self, key: &str) -> Result<bool, Error> {
         #[cfg(target_arch = "wasm32")]
-        return self.inner.exists(key).map_err(host::error);
+        return host::get(&self.inner, key).map(|v| v.is_some());
         #[cfg(not(target_arch = "wasm32"))]
         return Ok(native::with(&self.name, |b| b.contains_key(key)));
     }
 
     /// Adds `delta` to the number at `key` (absent: 0) and returns the sum.
     pub fn increment(&self, key: &str, delta: i64) -> Result<i64, Error> {
-        #[cfg(target_arch = "wasm32")]
-        return host::increment(&self.inner, key, delta).map_err(host::error);
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let sum = self.get_i64(key)?.unwrap_or(0).wrapping_add(delta);
-            self.set_i64(key, sum)?;
-            Ok(sum)
-        }
+        let sum = self.get_i64(key)?.unwrap_or(0).wrapping_add(delta);
+        self.set_i64(key, sum)?;
+        Ok(sum)
     }
 
     /// The values of `keys`, in order.
     pub fn get_many(&self, keys: &[&str]) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        #[cfg(target_arch = "wasm32")]
-        {
-            let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-            return host::get_many(&self.inner, &keys)
-                .map(|kv| kv.into_iter().map(|(_, v)| v).collect())
-                .map_err(host::error);
-        }
-        #[cfg(not(target_arch = "wasm32"))]
         keys.iter().map(|k| self.get(k)).collect()
     }
 
     /// Sets every pair, in order.
     pub fn set_many(&self, pairs: &[(&str, &[u8])]) -> Result<(), Error> {
         #[cfg(target_arch = "wasm32")]
-        {
-            let pairs: Vec<(String, Vec<u8>)> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
-                .collect();
-            return host::set_many(&self.inner, &pairs).map_err(host::error);
-        }
+        return host::set_many(&self.inner, pairs);
         #[cfg(not(target_arch = "wasm32"))]
         pairs.iter().try_for_each(|(k, v)| self.set(k, v))
     }
 
     /// Removes every key of `keys`.
     pub fn delete_many(&self, keys: &[&str]) -> Result<(), Error> {
-        #[cfg(target_arch = "wasm32")]
-        {
-            let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-            return host::delete_many(&self.inner, &keys).map_err(host::error);
-        }
-        #[cfg(not(target_arch = "wasm32"))]
         keys.iter().try_for_each(|k| self.delete(k))
     }
 
@@ -197,11 +175,7 @@ impl Bucket {
     /// of the next page (none: this was the last).
     pub fn keys_page(&self, cursor: Option<&str>) -> Result<(Vec<String>, Option<String>), Error> {
         #[cfg(target_arch = "wasm32")]
-        return self
-            .inner
-            .list_keys(cursor)
-            .map(|r| (r.keys, r.cursor))
-            .map_err(host::error);
+        return host::keys_page(&self.inner, cursor);
         #[cfg(not(target_arch = "wasm32"))]
         return Ok((
             native::with(&self.name, |b| {
@@ -229,29 +203,203 @@ impl Bucket {
     }
 }
 
+/// A call's writes are kept here, in the guest, and reach the host in one `set-many` (and one
+/// `delete-many`) per bucket when the call returns (or before a key listing): the host keeps a
+/// call's writes only when it returns anyway, so a stage sees the same state with one host
+/// call per call instead of one per write. Reads go through the same map (a key read twice in
+/// a call costs one host call). A call that traps leaves its writes here, and the next call
+/// drops them, as the host does.
 #[cfg(target_arch = "wasm32")]
 mod host {
-    use crate::__private::bindings::wasi::keyvalue::{atomics, batch, store};
-    pub use atomics::increment;
-    pub use batch::{delete_many, get_many, set_many};
+    use std::cell::{Cell, RefCell};
+    use std::collections::HashMap;
+    use std::rc::Rc;
+
+    use crate::__private::bindings::wasi::keyvalue::{batch, store};
+    use crate::__private::bindings::weir::stage::state_limits;
     pub use store::{open as open_raw, Bucket};
+
+    /// An open bucket: the host's handle and its place in [`CALL`].
+    pub struct Open {
+        bucket: Rc<Bucket>,
+        id: usize,
+    }
+
+    /// A key's value as the call in progress sees it; `dirty`: written in this call.
+    struct Value {
+        value: Option<Vec<u8>>,
+        dirty: bool,
+    }
+
+    /// FNV-1a: the map holds at most a call's keys (a batch's), so a keyed hash buys nothing.
+    #[derive(Default, Clone, Copy)]
+    struct Fnv(u64);
+
+    impl std::hash::Hasher for Fnv {
+        fn write(&mut self, bytes: &[u8]) {
+            let mut h = if self.0 == 0 {
+                0xcbf2_9ce4_8422_2325
+            } else {
+                self.0
+            };
+            for b in bytes {
+                h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            self.0 = h;
+        }
+        fn finish(&self) -> u64 {
+            self.0
+        }
+    }
+
+    type Map = HashMap<String, Value, std::hash::BuildHasherDefault<Fnv>>;
 
     thread_local! {
         /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
         /// here, not two host calls (open and drop).
-        static OPEN: std::cell::RefCell<Vec<(String, std::rc::Rc<Bucket>)>> =
-            const { std::cell::RefCell::new(Vec::new()) };
+        static OPEN: RefCell<Vec<(String, Rc<Bucket>)>> = const { RefCell::new(Vec::new()) };
+        /// Per open bucket, the keys the call in progress read or wrote.
+        static CALL: RefCell<Vec<Map>> = const { RefCell::new(Vec::new()) };
+        /// `state.max_value`, asked once.
+        static MAX_VALUE: Cell<Option<u64>> = const { Cell::new(None) };
     }
 
-    pub fn open_cached(name: &str) -> Result<std::rc::Rc<Bucket>, super::Error> {
-        if let Some(b) =
-            OPEN.with_borrow(|o| o.iter().find(|(n, _)| n == name).map(|(_, b)| b.clone()))
-        {
-            return Ok(b);
+    pub fn open_cached(name: &str) -> Result<Open, super::Error> {
+        if let Some((id, bucket)) = OPEN.with_borrow(|o| {
+            o.iter()
+                .position(|(n, _)| n == name)
+                .map(|i| (i, o[i].1.clone()))
+        }) {
+            return Ok(Open { bucket, id });
         }
-        let b = std::rc::Rc::new(open_raw(name).map_err(error)?);
-        OPEN.with_borrow_mut(|o| o.push((name.to_owned(), b.clone())));
-        Ok(b)
+        let bucket = Rc::new(open_raw(name).map_err(error)?);
+        // From now on the calls' writes are sent when each call returns.
+        crate::__private::state_in_use(flush_and_forget);
+        let id = OPEN.with_borrow_mut(|o| {
+            o.push((name.to_owned(), bucket.clone()));
+            o.len() - 1
+        });
+        CALL.with_borrow_mut(|c| c.resize_with(id + 1, Map::default));
+        Ok(Open { bucket, id })
+    }
+
+    fn max_value() -> u64 {
+        MAX_VALUE.get().unwrap_or_else(|| {
+            let m = state_limits::max_value();
+            MAX_VALUE.set(Some(m));
+            m
+        })
+    }
+
+    pub fn get(b: &Open, key: &str) -> Result<Option<Vec<u8>>, super::Error> {
+        if let Some(v) = CALL.with_borrow(|c| c[b.id].get(key).map(|v| v.value.clone())) {
+            return Ok(v);
+        }
+        let value = b.bucket.get(key).map_err(error)?;
+        CALL.with_borrow_mut(|c| {
+            c[b.id].insert(
+                key.to_owned(),
+                Value {
+                    value: value.clone(),
+                    dirty: false,
+                },
+            )
+        });
+        Ok(value)
+    }
+
+    pub fn set(b: &Open, key: &str, value: &[u8]) -> Result<(), super::Error> {
+        if value.len() as u64 > max_value() {
+            // The host refuses it, with its reason (and if it took it, it holds it now).
+            b.bucket.set(key, value).map_err(error)?;
+            CALL.with_borrow_mut(|c| {
+                c[b.id].insert(
+                    key.to_owned(),
+                    Value {
+                        value: Some(value.to_vec()),
+                        dirty: false,
+                    },
+                )
+            });
+            return Ok(());
+        }
+        write(b, key, Some(value))
+    }
+
+    pub fn write(b: &Open, key: &str, value: Option<&[u8]>) -> Result<(), super::Error> {
+        CALL.with_borrow_mut(|c| {
+            let value = value.map(<[u8]>::to_vec);
+            match c[b.id].get_mut(key) {
+                Some(v) => {
+                    v.value = value;
+                    v.dirty = true;
+                }
+                None => {
+                    c[b.id].insert(key.to_owned(), Value { value, dirty: true });
+                }
+            }
+        });
+        Ok(())
+    }
+
+    pub fn set_many(b: &Open, pairs: &[(&str, &[u8])]) -> Result<(), super::Error> {
+        if let Some((k, v)) = pairs.iter().find(|(_, v)| v.len() as u64 > max_value()) {
+            // All or nothing: refused before any is written.
+            return set(b, k, v);
+        }
+        for (k, v) in pairs {
+            write(b, k, Some(v))?;
+        }
+        Ok(())
+    }
+
+    pub fn keys_page(
+        b: &Open,
+        cursor: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), super::Error> {
+        // The host lists what it holds: the call's writes go there first.
+        send_writes().map_err(super::Error::Other)?;
+        b.bucket
+            .list_keys(cursor)
+            .map(|r| (r.keys, r.cursor))
+            .map_err(error)
+    }
+
+    /// Sends the call's writes to the host (each key's last), keeping what was read.
+    fn send_writes() -> Result<(), String> {
+        let buckets = OPEN.with_borrow(|o| o.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>());
+        for (id, bucket) in buckets.iter().enumerate() {
+            let (sets, deletes) = CALL.with_borrow_mut(|c| {
+                let mut sets: Vec<(String, Vec<u8>)> = Vec::new();
+                let mut deletes: Vec<String> = Vec::new();
+                for (k, v) in c[id].iter_mut().filter(|(_, v)| v.dirty) {
+                    v.dirty = false;
+                    match &v.value {
+                        Some(value) => sets.push((k.clone(), value.clone())),
+                        None => deletes.push(k.clone()),
+                    }
+                }
+                (sets, deletes)
+            });
+            if !sets.is_empty() {
+                batch::set_many(bucket, &sets).map_err(|e| error(e).to_string())?;
+            }
+            if !deletes.is_empty() {
+                batch::delete_many(bucket, &deletes).map_err(|e| error(e).to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The call returns (`sent`: send its writes first), or a new one begins (not sent:
+    /// what is left is a trapped call's).
+    fn flush_and_forget(send: bool) {
+        if send {
+            if let Err(e) = send_writes() {
+                panic!("weir: the call's state writes could not be sent: {e}");
+            }
+        }
+        CALL.with_borrow_mut(|c| c.iter_mut().for_each(Map::clear));
     }
 
     pub fn error(e: store::Error) -> super::Error {
