@@ -3,8 +3,10 @@
 //! * `state_batch/*`: one batch of 256 messages through the chain (`Chain::run`, what a driver
 //!   calls) with the `misbehave` stage: `stateless` (no state), `get_set` (one `get` and one
 //!   `set` per message, keys cycling over 100,000, the writes to pending and the store commit
-//!   every 40 batches), and `get_set_changelog` (the same, plus the batch's changelog records
-//!   sent by the at-least-once changelog producer to an in-process mock cluster).
+//!   every 40 batches), `get_set_changelog` (the same, plus the batch's changelog records
+//!   sent by the at-least-once changelog producer to an in-process mock cluster) and
+//!   `get_set_changelog_per_commit` (the exactly-once flow: each key's last write since the
+//!   last commit sent just before the commit, through the same producer).
 //! * `state_restore/*`: a partition's store restored from its changelog (30,000 records on
 //!   the mock cluster, into an empty state dir), and a store of 1,000,000 keys whose checkpoint
 //!   is at the changelog's end (a restart: nothing to re-read).
@@ -94,10 +96,12 @@ fn state_batch(c: &mut Criterion) {
     let commit_every = knob("WEIR_BENCH_STATE_COMMIT_EVERY", COMMIT_EVERY);
     let mut g = c.benchmark_group("state_batch");
     g.throughput(Throughput::Elements(BATCH as u64));
-    for (name, state, changelog) in [
-        ("stateless", false, false),
-        ("get_set", true, false),
-        ("get_set_changelog", true, true),
+    // (row, state, changelog, each key's last write per commit: the exactly-once flow)
+    for (name, state, changelog, per_commit) in [
+        ("stateless", false, false, false),
+        ("get_set", true, false, false),
+        ("get_set_changelog", true, true, false),
+        ("get_set_changelog_per_commit", true, true, true),
     ] {
         let dir = tempfile::tempdir().expect("dir");
         let cfg = weir::config::load_str(
@@ -116,7 +120,7 @@ fn state_batch(c: &mut Criterion) {
             .then(|| KafkaChangelog::open(src, None, Default::default(), None).expect("producer"));
         if let Some(log) = &log {
             // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
-            registry.set_cache_of_changelog(log.acks(), false);
+            registry.set_cache_of_changelog(log.acks(), per_commit);
         }
         // As a driver does when the lane is assigned.
         chain
@@ -135,19 +139,23 @@ fn state_batch(c: &mut Criterion) {
                 |input| {
                     let first = input[0].offset;
                     let out = chain.run(&lane, input).expect("runs");
-                    if let Some(log) = &log {
-                        let t = Ticket::new(
-                            key.clone(),
-                            1,
-                            first,
-                            out.changes.len() as u32,
-                            done_tx.clone(),
-                        );
-                        log.write(&lane, &out.changes, &t);
-                    }
+                    let send = |changes: &[weir::sink::ChangeRecord]| {
+                        if let Some(log) = &log {
+                            let n = changes.len() as u32;
+                            let t = Ticket::new(key.clone(), 1, first, n, done_tx.clone());
+                            log.write(&lane, changes, &t);
+                        }
+                    };
+                    send(&out.changes);
                     batches += 1;
                     if state && batches.is_multiple_of(commit_every) {
-                        registry.commit(&key, first + BATCH as i64).expect("commit");
+                        let next = first + BATCH as i64;
+                        // Exactly-once: each key's last write since the last commit goes
+                        // out just before it (here through the plain producer).
+                        if per_commit {
+                            send(&registry.take_changes(&key, 0, next));
+                        }
+                        registry.commit(&key, next).expect("commit");
                     }
                     while done_rx.try_recv().is_ok() {}
                     std::hint::black_box(out);

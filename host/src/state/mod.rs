@@ -367,6 +367,10 @@ impl PartitionState {
     /// each key's last (the transaction's earlier values of a key would only be compacted
     /// away), in the order they were made.
     pub fn take_changes(&self, next: i64, changes: &mut Vec<ChangeRecord>) {
+        if !self.per_transaction {
+            // The runs' writes went with their outcomes.
+            return;
+        }
         let mut g = self.lock();
         let from = g.unsent.max(g.pending.end() - g.pending.len() as u64);
         let unsent: Vec<&log::Entry> = g.pending.since(from).take_while(|e| e.tag < next).collect();

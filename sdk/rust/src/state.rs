@@ -206,9 +206,8 @@ impl Bucket {
 /// A call's writes are kept here, in the guest, and reach the host in one `set-many` (and one
 /// `delete-many`) per bucket when the call returns (or before a key listing): the host keeps a
 /// call's writes only when it returns anyway, so a stage sees the same state with one host
-/// call per call instead of one per write. Reads go through the same map (a key read twice in
-/// a call costs one host call). A call that traps leaves its writes here, and the next call
-/// drops them, as the host does.
+/// call per call instead of one per write. A read of a key the call wrote is answered here.
+/// A call that traps leaves its writes here, and the next call drops them, as the host does.
 #[cfg(target_arch = "wasm32")]
 mod host {
     use std::cell::{Cell, RefCell};
@@ -225,7 +224,7 @@ mod host {
         id: usize,
     }
 
-    /// A key's value as the call in progress sees it; `dirty`: written in this call.
+    /// A key's value as the call in progress wrote it; `dirty`: not sent to the host yet.
     struct Value {
         value: Option<Vec<u8>>,
         dirty: bool,
@@ -258,7 +257,7 @@ mod host {
         /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
         /// here, not two host calls (open and drop).
         static OPEN: RefCell<Vec<(String, Rc<Bucket>)>> = const { RefCell::new(Vec::new()) };
-        /// Per open bucket, the keys the call in progress read or wrote.
+        /// Per open bucket, the keys the call in progress wrote.
         static CALL: RefCell<Vec<Map>> = const { RefCell::new(Vec::new()) };
         /// `state.max_value`, asked once.
         static MAX_VALUE: Cell<Option<u64>> = const { Cell::new(None) };
@@ -295,17 +294,9 @@ mod host {
         if let Some(v) = CALL.with_borrow(|c| c[b.id].get(key).map(|v| v.value.clone())) {
             return Ok(v);
         }
-        let value = b.bucket.get(key).map_err(error)?;
-        CALL.with_borrow_mut(|c| {
-            c[b.id].insert(
-                key.to_owned(),
-                Value {
-                    value: value.clone(),
-                    dirty: false,
-                },
-            )
-        });
-        Ok(value)
+        // Not kept: a key read and not written costs a host call per read, as without the
+        // map (keeping every read cost more than it saved when keys do not repeat in a call).
+        b.bucket.get(key).map_err(error)
     }
 
     pub fn set(b: &Open, key: &str, value: &[u8]) -> Result<(), super::Error> {
@@ -358,25 +349,34 @@ mod host {
         cursor: Option<&str>,
     ) -> Result<(Vec<String>, Option<String>), super::Error> {
         // The host lists what it holds: the call's writes go there first.
-        send_writes().map_err(super::Error::Other)?;
+        send_writes(false).map_err(super::Error::Other)?;
         b.bucket
             .list_keys(cursor)
             .map(|r| (r.keys, r.cursor))
             .map_err(error)
     }
 
-    /// Sends the call's writes to the host (each key's last), keeping what was read.
-    fn send_writes() -> Result<(), String> {
+    /// Sends the call's writes to the host (each key's last): `forget`, the call returns and
+    /// its map is emptied (moved out, not copied); otherwise what was read and written stays
+    /// for the rest of the call.
+    fn send_writes(forget: bool) -> Result<(), String> {
         let buckets = OPEN.with_borrow(|o| o.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>());
         for (id, bucket) in buckets.iter().enumerate() {
             let (sets, deletes) = CALL.with_borrow_mut(|c| {
                 let mut sets: Vec<(String, Vec<u8>)> = Vec::new();
                 let mut deletes: Vec<String> = Vec::new();
-                for (k, v) in c[id].iter_mut().filter(|(_, v)| v.dirty) {
-                    v.dirty = false;
-                    match &v.value {
-                        Some(value) => sets.push((k.clone(), value.clone())),
-                        None => deletes.push(k.clone()),
+                let mut add = |k: String, v: Option<Vec<u8>>| match v {
+                    Some(v) => sets.push((k, v)),
+                    None => deletes.push(k),
+                };
+                if forget {
+                    for (k, v) in c[id].drain().filter(|(_, v)| v.dirty) {
+                        add(k, v.value);
+                    }
+                } else {
+                    for (k, v) in c[id].iter_mut().filter(|(_, v)| v.dirty) {
+                        v.dirty = false;
+                        add(k.clone(), v.value.clone());
                     }
                 }
                 (sets, deletes)
@@ -391,11 +391,11 @@ mod host {
         Ok(())
     }
 
-    /// The call returns (`sent`: send its writes first), or a new one begins (not sent:
-    /// what is left is a trapped call's).
+    /// The call returns (`send`: its writes go to the host first), or a new one begins (not
+    /// sent: what is left is a trapped call's).
     fn flush_and_forget(send: bool) {
         if send {
-            if let Err(e) = send_writes() {
+            if let Err(e) = send_writes(true) {
                 panic!("weir: the call's state writes could not be sent: {e}");
             }
         }
