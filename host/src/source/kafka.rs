@@ -611,6 +611,27 @@ impl Source for KafkaSource {
         if let Err(e) = self.consumer.resume(&tpl_of(keys)) {
             tracing::warn!("resume failed: {e}");
         }
+        // A broker thread whose partitions were all paused notices a resume only when it
+        // next wakes (up to a second later: measured, a 1 s stall cost 2-3 s in all). A seek
+        // to where each partition stands (the next offset `poll` returns; a pause emptied the
+        // prefetch, so nothing is skipped or read twice) wakes it now.
+        let Ok(positions) = self.consumer.position() else {
+            return;
+        };
+        for k in keys {
+            let at = positions
+                .find_partition(&k.topic, k.partition)
+                .map(|p| p.offset());
+            if let Some(Offset::Offset(o)) = at {
+                // Asynchronous (no wait): an error means the fetcher restarts on its own.
+                if let Err(e) =
+                    self.consumer
+                        .seek(&k.topic, k.partition, Offset::Offset(o), Duration::ZERO)
+                {
+                    tracing::debug!(partition = %k, "seek after resume: {e}");
+                }
+            }
+        }
     }
 
     fn high_watermark(&self, key: &PartitionKey) -> Option<i64> {
