@@ -21,7 +21,8 @@ PY
 mkfifo bfifo
 ($W broker --topic in:8 --topic out:8 --seed in=in.jsonl < bfifo > broker.out 2>broker.err &)
 exec 3>bfifo
-sleep 1.5; B=$(head -1 broker.out)
+B=""; for _ in $(seq 1 600); do B=$(head -1 broker.out 2>/dev/null); [ -n "$B" ] && break; sleep 0.1; done
+[ -n "$B" ] || { echo "weir broker did not start: $(cat broker.err)"; exit 1; }
 cat > p.yaml <<Y
 delivery: $2
 source:
