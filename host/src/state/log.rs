@@ -114,7 +114,13 @@ impl Log {
         other.clear();
     }
 
-    /// The sequence number the next write will get (every write ever pushed counts).
+    /// The sequence number of the oldest write still in the log (every write ever pushed
+    /// counts).
+    pub fn start(&self) -> u64 {
+        self.base
+    }
+
+    /// The sequence number the next write will get.
     pub fn end(&self) -> u64 {
         self.base + self.entries.len() as u64
     }
@@ -217,6 +223,26 @@ mod tests {
         assert_eq!(l.commit_point(5), 0, "inside the first call");
         l.drain_below(20);
         assert_eq!(l.commit_point(25), 20, "after a drain");
+    }
+
+    #[test]
+    fn sequence_numbers_count_every_write_across_drains() {
+        let mut l = Log::default();
+        for (i, k) in ["a", "b", "a", "c"].iter().enumerate() {
+            l.push(e(i as i64, k, Some("v")));
+        }
+        assert_eq!((l.start(), l.end()), (0, 4));
+        let tags = |l: &Log, seq| l.since(seq).map(|e| e.tag).collect::<Vec<_>>();
+        assert_eq!(tags(&l, 2), [2, 3]);
+        l.drain_below(2);
+        assert_eq!((l.start(), l.end()), (2, 4), "a drain moves the start only");
+        assert_eq!(tags(&l, 3), [3]);
+        assert_eq!(
+            tags(&l, 0),
+            [2, 3],
+            "a sequence number drained is the start"
+        );
+        assert_eq!(tags(&l, 4), Vec::<i64>::new());
     }
 
     #[test]

@@ -372,7 +372,7 @@ impl PartitionState {
             return;
         }
         let mut g = self.lock();
-        let from = g.unsent.max(g.pending.end() - g.pending.len() as u64);
+        let from = g.unsent.max(g.pending.start());
         let unsent: Vec<&log::Entry> = g.pending.since(from).take_while(|e| e.tag < next).collect();
         let taken = unsent.len() as u64;
         let mut seen: std::collections::HashSet<&Slot, foldhash::fast::RandomState> =
