@@ -94,6 +94,30 @@ fn a_calls_writes_and_deletes_show_in_its_own_reads_and_key_listings() {
 }
 
 #[test]
+fn a_write_in_init_is_refused_not_kept_for_later() {
+    // The Rust SDK keeps a call's writes until the call returns; outside a call there is
+    // nothing to keep them for, so the host answers at once.
+    let s = scratch!();
+    s.jsonl("in.jsonl", &[json!({"key": "a", "value": "1"})]);
+    jsonl_pipeline(
+        &s,
+        &stateful(
+            "m",
+            MISBEHAVE,
+            "{ buckets: [seen] }",
+            &[("write_in_init", "seen")],
+        ),
+    );
+    let out = s.run(&["run", "p.yaml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("write in init: Err(Other(") && stderr.contains("not in init"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_second_run_over_a_local_file_continues_from_the_first_runs_state() {
     let s = scratch!();
     let input: Vec<Value> = [("a", 5), ("b", 2), ("a", 3)]

@@ -8,7 +8,8 @@
 //! that cannot be opened rejects the message with the error. With config `get_set: BUCKET`,
 //! every message first reads its key's value in that bucket and sets it to the message's
 //! value (one `get` and one `set`: what the state benchmarks measure). With config
-//! `list_in: BUCKET`, a message sets its key in that bucket (value `delete`: deletes it), lists
+//! `write_in_init: BUCKET`, `init` writes to that bucket and fails with what the write
+//! answered. With config `list_in: BUCKET`, a message sets its key in that bucket (value `delete`: deletes it), lists
 //! the bucket's keys and goes on with them as its value, joined by `,`.
 use weir_sdk::state::Bucket;
 use weir_sdk::{Config, Message, Outcome};
@@ -22,6 +23,11 @@ pub struct Setup {
 
 /// Reads the config.
 pub fn setup(config: &Config) -> Result<Setup, String> {
+    if let Some(name) = config.get("write_in_init") {
+        // What a write in `init` answers (the host's state is open only in a call).
+        let answer = Bucket::open(name).and_then(|b| b.set("k", b"v"));
+        return Err(format!("write in init: {answer:?}"));
+    }
     match config.get("init_error") {
         Some(e) => Err(e.to_owned()),
         None => Ok(Setup {

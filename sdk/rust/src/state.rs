@@ -133,7 +133,7 @@ impl Bucket {
     /// Removes `key`.
     pub fn delete(&self, key: &str) -> Result<(), Error> {
         #[cfg(target_arch = "wasm32")]
-        return host::write(&self.inner, key, None);
+        return host::delete(&self.inner, key);
         #[cfg(not(target_arch = "wasm32"))]
         return native::set(&self.name, key, None);
     }
@@ -261,6 +261,8 @@ mod host {
         static CALL: RefCell<Vec<Map>> = const { RefCell::new(Vec::new()) };
         /// `state.max_value`, asked once.
         static MAX_VALUE: Cell<Option<u64>> = const { Cell::new(None) };
+        /// A call (`process`, `process-batch`) is in progress: writes wait here.
+        static IN_CALL: Cell<bool> = const { Cell::new(false) };
     }
 
     pub fn open_cached(name: &str) -> Result<Open, super::Error> {
@@ -300,24 +302,34 @@ mod host {
     }
 
     pub fn set(b: &Open, key: &str, value: &[u8]) -> Result<(), super::Error> {
-        if value.len() as u64 > max_value() {
-            // The host refuses it, with its reason (and if it took it, it holds it now).
-            b.bucket.set(key, value).map_err(error)?;
-            CALL.with_borrow_mut(|c| {
-                c[b.id].insert(
-                    key.to_owned(),
-                    Value {
-                        value: Some(value.to_vec()),
-                        dirty: false,
-                    },
-                )
-            });
-            return Ok(());
+        if !IN_CALL.get() || value.len() as u64 > max_value() {
+            return direct(b, key, Some(value));
         }
         write(b, key, Some(value))
     }
 
-    pub fn write(b: &Open, key: &str, value: Option<&[u8]>) -> Result<(), super::Error> {
+    pub fn delete(b: &Open, key: &str) -> Result<(), super::Error> {
+        if !IN_CALL.get() {
+            return direct(b, key, None);
+        }
+        write(b, key, None)
+    }
+
+    /// A write the host answers at once: outside a call (in `init` it refuses: state is open
+    /// only while a message is processed), or a value over `state.max_value` (it refuses it
+    /// with its reason). Should it take the write, it holds it now, newer than the call's
+    /// earlier write of the key here.
+    fn direct(b: &Open, key: &str, value: Option<&[u8]>) -> Result<(), super::Error> {
+        match value {
+            Some(v) => b.bucket.set(key, v),
+            None => b.bucket.delete(key),
+        }
+        .map_err(error)?;
+        CALL.with_borrow_mut(|c| c[b.id].remove(key));
+        Ok(())
+    }
+
+    fn write(b: &Open, key: &str, value: Option<&[u8]>) -> Result<(), super::Error> {
         CALL.with_borrow_mut(|c| {
             let value = value.map(<[u8]>::to_vec);
             match c[b.id].get_mut(key) {
@@ -334,9 +346,19 @@ mod host {
     }
 
     pub fn set_many(b: &Open, pairs: &[(&str, &[u8])]) -> Result<(), super::Error> {
-        if let Some((k, v)) = pairs.iter().find(|(_, v)| v.len() as u64 > max_value()) {
-            // All or nothing: refused before any is written.
-            return set(b, k, v);
+        if !IN_CALL.get() || pairs.iter().any(|(_, v)| v.len() as u64 > max_value()) {
+            // The host answers (all or nothing: it checks every value before writing any).
+            let owned: Vec<(String, Vec<u8>)> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
+                .collect();
+            batch::set_many(&b.bucket, &owned).map_err(error)?;
+            CALL.with_borrow_mut(|c| {
+                for (k, _) in pairs {
+                    c[b.id].remove(*k);
+                }
+            });
+            return Ok(());
         }
         for (k, v) in pairs {
             write(b, k, Some(v))?;
@@ -400,6 +422,7 @@ mod host {
             }
         }
         CALL.with_borrow_mut(|c| c.iter_mut().for_each(Map::clear));
+        IN_CALL.set(!send);
     }
 
     pub fn error(e: store::Error) -> super::Error {
