@@ -27,6 +27,14 @@ fn jsonl_pipeline(s: &Scratch, stages: &str) {
     );
 }
 
+/// A local pipeline of `misbehave` keeping state in bucket `seen`, with config `mode: seen`.
+fn misbehave_in_seen(s: &Scratch, mode: &str) {
+    jsonl_pipeline(
+        s,
+        &stateful("m", MISBEHAVE, "{ buckets: [seen] }", &[(mode, "seen")]),
+    );
+}
+
 fn run_ok(s: &Scratch) {
     let out = s.run(&["run", "p.yaml"]);
     assert!(
@@ -67,15 +75,7 @@ fn a_calls_writes_and_deletes_show_in_its_own_reads_and_key_listings() {
     .map(|(k, v)| json!({"key": k, "value": v}))
     .collect();
     s.jsonl("in.jsonl", &input);
-    jsonl_pipeline(
-        &s,
-        &stateful(
-            "m",
-            MISBEHAVE,
-            "{ buckets: [seen] }",
-            &[("list_in", "seen")],
-        ),
-    );
+    misbehave_in_seen(&s, "list_in");
     run_ok(&s);
     let listed: Vec<String> = s
         .read_jsonl("out.jsonl")
@@ -99,15 +99,7 @@ fn a_write_in_init_is_refused_not_kept_for_later() {
     // nothing to keep them for, so the host answers at once.
     let s = scratch!();
     s.jsonl("in.jsonl", &[json!({"key": "a", "value": "1"})]);
-    jsonl_pipeline(
-        &s,
-        &stateful(
-            "m",
-            MISBEHAVE,
-            "{ buckets: [seen] }",
-            &[("write_in_init", "seen")],
-        ),
-    );
+    misbehave_in_seen(&s, "write_in_init");
     let out = s.run(&["run", "p.yaml"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
