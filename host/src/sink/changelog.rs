@@ -397,10 +397,7 @@ impl Changelog for KafkaChangelog {
             .pop();
         let consumer = match kept {
             Some(c) => c,
-            None => self
-                .consumer
-                .create_with_context(RestoreContext)
-                .map_err(|e| format!("changelog `{topic}`: {e}"))?,
+            None => self.new_consumer(topic)?,
         };
         let restored = read_to_end(&consumer, topic, partition, from.max(low), high, apply);
         // The next restore assigns its own partition.
@@ -421,13 +418,16 @@ impl KafkaChangelog {
         if let Some(p) = &*probe {
             return Ok(p.clone());
         }
-        let p: Arc<BaseConsumer<RestoreContext>> = Arc::new(
-            self.consumer
-                .create_with_context(RestoreContext)
-                .map_err(|e| format!("changelog `{topic}`: {e}"))?,
-        );
+        let p = Arc::new(self.new_consumer(topic)?);
         *probe = Some(p.clone());
         Ok(p)
+    }
+
+    /// A restore consumer (a restore of `topic` asked for it).
+    fn new_consumer(&self, topic: &str) -> Result<BaseConsumer<RestoreContext>, String> {
+        self.consumer
+            .create_with_context(RestoreContext)
+            .map_err(|e| format!("changelog `{topic}`: {e}"))
     }
 }
 

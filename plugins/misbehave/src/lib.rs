@@ -9,8 +9,9 @@
 //! every message first reads its key's value in that bucket and sets it to the message's
 //! value (one `get` and one `set`: what the state benchmarks measure). With config
 //! `write_in_init: BUCKET`, `init` writes to that bucket and fails with what the write
-//! answered. With config `list_in: BUCKET`, a message sets its key in that bucket (value `delete`: deletes it), lists
-//! the bucket's keys and goes on with them as its value, joined by `,`.
+//! answered. With config `list_in: BUCKET`, a message sets its key in that bucket (value
+//! `delete`: deletes it), lists the bucket's keys and goes on with them as its value, joined
+//! by `,`.
 use weir_sdk::state::Bucket;
 use weir_sdk::{Config, Message, Outcome};
 

@@ -305,14 +305,16 @@ mod host {
         if !IN_CALL.get() || value.len() as u64 > max_value() {
             return direct(b, key, Some(value));
         }
-        write(b, key, Some(value))
+        write(b, key, Some(value));
+        Ok(())
     }
 
     pub fn delete(b: &Open, key: &str) -> Result<(), super::Error> {
         if !IN_CALL.get() {
             return direct(b, key, None);
         }
-        write(b, key, None)
+        write(b, key, None);
+        Ok(())
     }
 
     /// A write the host answers at once: outside a call (in `init` it refuses: state is open
@@ -329,7 +331,8 @@ mod host {
         Ok(())
     }
 
-    fn write(b: &Open, key: &str, value: Option<&[u8]>) -> Result<(), super::Error> {
+    /// Keeps a write for when the call returns.
+    fn write(b: &Open, key: &str, value: Option<&[u8]>) {
         CALL.with_borrow_mut(|c| {
             let value = value.map(<[u8]>::to_vec);
             match c[b.id].get_mut(key) {
@@ -342,7 +345,6 @@ mod host {
                 }
             }
         });
-        Ok(())
     }
 
     pub fn set_many(b: &Open, pairs: &[(&str, &[u8])]) -> Result<(), super::Error> {
@@ -361,7 +363,7 @@ mod host {
             return Ok(());
         }
         for (k, v) in pairs {
-            write(b, k, Some(v))?;
+            write(b, k, Some(v));
         }
         Ok(())
     }
@@ -379,8 +381,8 @@ mod host {
     }
 
     /// Sends the call's writes to the host (each key's last): `forget`, the call returns and
-    /// its map is emptied (moved out, not copied); otherwise what was read and written stays
-    /// for the rest of the call.
+    /// its map is emptied (moved out, not copied); otherwise the written values stay, sent,
+    /// for the call's later reads.
     fn send_writes(forget: bool) -> Result<(), String> {
         let buckets = OPEN.with_borrow(|o| o.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>());
         for (id, bucket) in buckets.iter().enumerate() {
