@@ -36,9 +36,12 @@ pub struct Kv {
     spec: Option<Arc<StateSpec>>,
     /// The partition of the call in progress.
     part: Option<Arc<PartitionState>>,
-    /// Writes of the call in progress, in order, and the latest of each key.
+    /// Writes of the call in progress, in order, and the latest of each key among the
+    /// first `indexed` of them (indexed when a read comes after writes: a stage that writes
+    /// in one `set-many` at the end of its call, as the Rust SDK does, never pays for it).
     writes: Vec<(Slot, Option<Vec<u8>>)>,
     latest: SlotMap<usize>,
+    indexed: usize,
     /// Shadow candidate: writes stay in `writes` and are dropped after each call.
     throwaway: bool,
     /// The write time of the call in progress (ms since the epoch; one clock read per call).
@@ -60,6 +63,7 @@ impl Kv {
         if self.throwaway {
             self.writes.clear();
             self.latest.clear();
+            self.indexed = 0;
         }
     }
 
@@ -70,6 +74,7 @@ impl Kv {
         if !self.throwaway {
             self.writes.clear();
             self.latest.clear();
+            self.indexed = 0;
         }
     }
 
@@ -81,6 +86,7 @@ impl Kv {
             return;
         }
         self.latest.clear();
+        self.indexed = 0;
         let writes = std::mem::take(&mut self.writes);
         if let Some(p) = &self.part {
             if !writes.is_empty() {
@@ -99,12 +105,23 @@ impl Kv {
         })
     }
 
-    fn get(&self, slot: SlotRef<'_>) -> Result<Option<Vec<u8>>, KvError> {
-        if let Some(&i) = self.latest.get(&slot) {
-            return Ok(self.writes[i]
-                .1
-                .as_deref()
-                .map(|v| crate::state::decode(v).1.to_vec()));
+    /// Brings `latest` up to date with the call's writes.
+    fn index(&mut self) {
+        for (i, (slot, _)) in self.writes.iter().enumerate().skip(self.indexed) {
+            self.latest.insert(slot.clone(), i);
+        }
+        self.indexed = self.writes.len();
+    }
+
+    fn get(&mut self, slot: SlotRef<'_>) -> Result<Option<Vec<u8>>, KvError> {
+        if !self.writes.is_empty() {
+            self.index();
+            if let Some(&i) = self.latest.get(&slot) {
+                return Ok(self.writes[i]
+                    .1
+                    .as_deref()
+                    .map(|v| crate::state::decode(v).1.to_vec()));
+            }
         }
         self.part()?
             .get(slot)
@@ -123,9 +140,8 @@ impl Kv {
             }
         }
         self.part()?;
-        let slot = (bucket, key);
-        self.latest.insert(slot.clone(), self.writes.len());
-        self.writes.push((slot, value.map(|v| encode(self.now, v))));
+        self.writes
+            .push(((bucket, key), value.map(|v| encode(self.now, v))));
         Ok(())
     }
 }
@@ -197,6 +213,7 @@ impl store::HostBucket for StageState {
         cursor: Option<String>,
     ) -> Result<KeyResponse, KvError> {
         let bucket = bucket_of(self, &b)?;
+        self.kv.index();
         let kv = &self.kv;
         let (mut keys, mut next) = kv
             .part()?

@@ -1,15 +1,21 @@
-//! Writes not yet in the store, in the order they were made, each tagged with the source
-//! offset whose outcome they belong to, and the latest value of each key among them.
+//! A partition's writes not yet in the store, in the order they were made, each tagged with
+//! the source offset whose outcome it belongs to; and, per key, where its current value is:
+//! its latest write in the log, or the store's value as last read (a cache).
+//!
+//! One log holds both the writes whose outcomes went out (the *kept* part) and, after them,
+//! the writes of the chain run in progress (the *run*). A run that fails is rolled back
+//! through each write's pointer to the key's previous write; a run that succeeds only moves
+//! the boundary. So a write costs one map insert and a read one map lookup.
 
 use std::collections::VecDeque;
 
 /// A bucket (its index in the stage's `state.buckets`) and a key (shared: a write's key is
-/// held by the call's writes, the logs, the read cache and its change record at once).
+/// held by the call's writes, the log, the map and its change record at once).
 pub type Slot = (u16, std::sync::Arc<str>);
 
 /// A map keyed by [`Slot`] with foldhash (randomly seeded per map: fast on short keys, and
 /// keys chosen by whoever writes the input cannot be aimed at a known seed), not SipHash: the
-/// state path hashes a slot several times per message.
+/// state path hashes a slot at least once per read and per write.
 pub type SlotMap<V> = hashbrown::HashMap<Slot, V, foldhash::fast::RandomState>;
 
 /// A [`Slot`] borrowed for a lookup: a read needs no `Arc` of its key. It hashes as the
@@ -35,6 +41,9 @@ impl hashbrown::Equivalent<Slot> for SlotRef<'_> {
     }
 }
 
+/// No write (a sequence number no write has).
+const NONE: u64 = u64::MAX;
+
 /// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -47,71 +56,233 @@ pub struct Entry {
     pub slot: Slot,
     /// The encoded value, or none for a delete.
     pub value: Option<Vec<u8>>,
+    /// Sequence numbers of the key's write before this one and after it ([`NONE`]: none in
+    /// the log).
+    prev: u64,
+    next: u64,
 }
 
-/// Writes in order, with the latest per key.
+impl Entry {
+    /// A write (not yet in a log).
+    pub fn new(first: i64, tag: i64, slot: Slot, value: Option<Vec<u8>>) -> Self {
+        Entry {
+            first,
+            tag,
+            slot,
+            value,
+            prev: NONE,
+            next: NONE,
+        }
+    }
+
+    /// Whether no write of the same key follows this one before sequence number `end`.
+    fn last_before(&self, end: u64) -> bool {
+        self.next == NONE || self.next >= end
+    }
+}
+
+/// Where a key's current value is.
+#[derive(Debug)]
+enum Latest {
+    /// The write with this sequence number, in the log.
+    Write(u64),
+    /// The store's encoded value (none: absent), as read or as last flushed.
+    Stored(Option<Vec<u8>>),
+}
+
+/// What the log knows of a key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// Its latest write (none: a delete).
+    Written(Option<&'a [u8]>),
+    /// The store's value (none: absent in the store).
+    Stored(Option<&'a [u8]>),
+    /// Nothing: ask the store.
+    Unknown,
+}
+
+/// A partition's writes in order, and where each key's value is.
 #[derive(Debug, Default)]
 pub struct Log {
     entries: VecDeque<Entry>,
     /// Sequence number of `entries[0]`.
     base: u64,
-    latest: SlotMap<u64>,
+    /// Sequence number of the chain run's first write: the writes before it are kept.
+    run: u64,
+    map: SlotMap<Latest>,
+    /// How many values of `map` are [`Latest::Stored`].
+    stored: usize,
 }
 
 impl Log {
-    /// Appends a write.
-    pub fn push(&mut self, e: Entry) {
-        let seq = self.base + self.entries.len() as u64;
-        self.latest.insert(e.slot.clone(), seq);
+    fn at(&self, seq: u64) -> Option<&Entry> {
+        self.entries.get(seq.checked_sub(self.base)? as usize)
+    }
+
+    fn at_mut(&mut self, seq: u64) -> Option<&mut Entry> {
+        self.entries.get_mut(seq.checked_sub(self.base)? as usize)
+    }
+
+    /// Appends a write to the chain run in progress.
+    pub fn push(&mut self, mut e: Entry) {
+        let seq = self.end();
+        e.prev = match self.map.insert(e.slot.clone(), Latest::Write(seq)) {
+            Some(Latest::Write(p)) => match self.at_mut(p) {
+                Some(before) => {
+                    before.next = seq;
+                    p
+                }
+                None => NONE,
+            },
+            Some(Latest::Stored(_)) => {
+                self.stored -= 1;
+                NONE
+            }
+            None => NONE,
+        };
+        e.next = NONE;
         self.entries.push_back(e);
     }
 
-    /// The latest write of `slot` still in the log: `Some(None)` is a delete.
-    pub fn get(&self, slot: SlotRef<'_>) -> Option<Option<&[u8]>> {
-        let seq = *self.latest.get(&slot)?;
-        let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
-        Some(e.value.as_deref())
+    /// What the log knows of `slot`'s value.
+    pub fn get(&self, slot: SlotRef<'_>) -> Found<'_> {
+        match self.map.get(&slot) {
+            Some(Latest::Write(seq)) => match self.at(*seq) {
+                Some(e) => Found::Written(e.value.as_deref()),
+                None => Found::Unknown,
+            },
+            Some(Latest::Stored(v)) => Found::Stored(v.as_deref()),
+            None => Found::Unknown,
+        }
+    }
+
+    /// Remembers the store's value of `slot`, read because the log did not know it; at most
+    /// `cap` such values are kept (then they are all forgotten, and the cache starts over).
+    pub fn remember(&mut self, slot: SlotRef<'_>, stored: Option<Vec<u8>>, cap: usize) {
+        if self.stored >= cap {
+            self.forget_stored();
+        }
+        if self.map.get(&slot).is_none() {
+            self.map.insert(slot.to_slot(), Latest::Stored(stored));
+            self.stored += 1;
+        }
+    }
+
+    /// Forgets every store value remembered (the store changed under the log).
+    pub fn forget_stored(&mut self) {
+        self.map.retain(|_, l| matches!(l, Latest::Write(_)));
+        self.stored = 0;
+    }
+
+    /// The chain run's writes are kept: they join the writes before them.
+    pub fn keep_run(&mut self) {
+        self.run = self.end();
+    }
+
+    /// The chain run's writes are dropped: each key's value is again what it was before.
+    pub fn drop_run(&mut self) {
+        while self.end() > self.run {
+            let e = self.entries.pop_back().expect("a write of the run");
+            match self.at_mut(e.prev) {
+                Some(before) => {
+                    before.next = NONE;
+                    self.map.insert(e.slot, Latest::Write(e.prev));
+                }
+                None => {
+                    self.map.remove(&SlotRef::of(&e.slot));
+                }
+            }
+        }
+    }
+
+    /// Whether the chain run in progress wrote nothing.
+    pub fn run_is_empty(&self) -> bool {
+        self.end() == self.run
+    }
+
+    /// Each key's last write in the chain run in progress, in the order they were made.
+    pub fn run_latest(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .range((self.run - self.base) as usize..)
+            .filter(|e| e.next == NONE)
+    }
+
+    /// The kept writes.
+    fn kept(&self) -> std::collections::vec_deque::Iter<'_, Entry> {
+        self.entries.range(..(self.run - self.base) as usize)
     }
 
     /// The offset to commit instead of `next` so that no call is split: the first offset of
-    /// the earliest call with a write that answered messages on both sides of `next`
+    /// the earliest call with a kept write that answered messages on both sides of `next`
     /// (`next` itself when there is none). Tags never decrease, so those calls come right
     /// after the writes tagged below `next`.
     pub fn commit_point(&self, next: i64) -> i64 {
-        let at = self.entries.partition_point(|e| e.tag < next);
+        let kept = (self.run - self.base) as usize;
+        // Tags never decrease, over the run's writes too.
+        let at = self.entries.partition_point(|e| e.tag < next).min(kept);
         self.entries
-            .range(at..)
+            .range(at..kept)
             .take_while(|e| e.first < next)
             .map(|e| e.first)
             .min()
             .map_or(next, |f| f.min(next))
     }
 
-    /// Removes and returns the writes tagged below `next`, oldest first (tags never decrease).
-    pub fn drain_below(&mut self, next: i64) -> Vec<Entry> {
-        let n = self.entries.iter().take_while(|e| e.tag < next).count();
-        let out: Vec<Entry> = self.entries.drain(..n).collect();
-        self.base += n as u64;
-        if !out.is_empty() {
-            let base = self.base;
-            self.latest.retain(|_, s| *s >= base);
-        }
-        out
+    /// The kept writes from sequence number `from` on (the log's start when those left)
+    /// tagged below `next`, each key's last among them, in the order they were made; and the
+    /// sequence number after them.
+    pub fn changes_since(&self, from: u64, next: i64) -> (Vec<&Entry>, u64) {
+        let from = from.max(self.base);
+        let n = self
+            .kept()
+            .skip((from - self.base) as usize)
+            .take_while(|e| e.tag < next)
+            .count();
+        let end = from + n as u64;
+        let last = self
+            .entries
+            .range((from - self.base) as usize..(end - self.base) as usize)
+            .filter(|e| e.last_before(end))
+            .collect();
+        (last, end)
     }
 
-    /// Removes everything.
-    pub fn clear(&mut self) {
-        self.base += self.entries.len() as u64;
-        self.entries.clear();
-        self.latest.clear();
-    }
-
-    /// Moves every write of `other` to the end of this log.
-    pub fn append(&mut self, other: &mut Log) {
-        for e in other.entries.drain(..) {
-            self.push(e);
+    /// Removes the kept writes tagged below `next` (tags never decrease) and hands each key's
+    /// last among them to `apply`, in the order they were made (the store takes them). When
+    /// it succeeds, the map remembers those values as the store's; when it fails, it forgets
+    /// those keys.
+    pub fn drain_below<E>(
+        &mut self,
+        next: i64,
+        apply: impl FnOnce(&[&Entry]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let n = self.kept().take_while(|e| e.tag < next).count();
+        let end = self.base + n as u64;
+        let first = self.base;
+        let drained: Vec<Entry> = self.entries.drain(..n).collect();
+        self.base = end;
+        let last: Vec<&Entry> = drained.iter().filter(|e| e.last_before(end)).collect();
+        let applied = apply(&last);
+        for (i, e) in drained.into_iter().enumerate() {
+            if !e.last_before(end) {
+                continue;
+            }
+            let seq = first + i as u64;
+            let Some(l) = self.map.get_mut(&SlotRef::of(&e.slot)) else {
+                continue;
+            };
+            if !matches!(l, Latest::Write(s) if *s == seq) {
+                // A later write is the key's value.
+                continue;
+            }
+            if applied.is_ok() {
+                *l = Latest::Stored(e.value);
+                self.stored += 1;
+            } else {
+                self.map.remove(&SlotRef::of(&e.slot));
+            }
         }
-        other.clear();
+        applied
     }
 
     /// The sequence number of the oldest write still in the log (every write ever pushed
@@ -125,44 +296,29 @@ impl Log {
         self.base + self.entries.len() as u64
     }
 
-    /// The writes from sequence number `seq` on (those still in the log), oldest first.
-    pub fn since(&self, seq: u64) -> impl Iterator<Item = &Entry> {
-        self.entries.range(seq.saturating_sub(self.base) as usize..)
-    }
-
     /// Whether there are no writes.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
-    /// Number of writes.
+    /// Number of writes (kept and of the run).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
-    /// The writes, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter()
+    /// Number of store values remembered.
+    pub fn remembered(&self) -> usize {
+        self.stored
     }
 
-    /// Each key's last write, in the order they were made (the writes a later one of the
-    /// same key replaced are left out).
-    pub fn latest_writes(&self) -> impl Iterator<Item = &Entry> {
-        self.entries
-            .iter()
-            .enumerate()
-            .filter(move |(i, e)| self.latest.get(&e.slot).copied() == Some(self.base + *i as u64))
-            .map(|(_, e)| e)
-    }
-
-    /// Keys of `bucket` with their latest write, for listing.
+    /// Keys of `bucket` with their latest write (kept or of the run), for listing.
     pub fn latest_of(&self, bucket: u16) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
-        self.latest
+        self.map
             .iter()
             .filter(move |(s, _)| s.0 == bucket)
-            .filter_map(|(s, &seq)| {
-                let e = self.entries.get(seq.checked_sub(self.base)? as usize)?;
-                Some((&*s.1, e.value.as_deref()))
+            .filter_map(|(s, l)| match l {
+                Latest::Write(seq) => Some((&*s.1, self.at(*seq)?.value.as_deref())),
+                Latest::Stored(_) => None,
             })
     }
 }
@@ -172,12 +328,20 @@ mod tests {
     use super::*;
 
     fn e(tag: i64, k: &str, v: Option<&str>) -> Entry {
-        Entry {
-            first: tag,
-            tag,
-            slot: (0, k.into()),
-            value: v.map(|v| v.as_bytes().to_vec()),
+        Entry::new(tag, tag, (0, k.into()), v.map(|v| v.as_bytes().to_vec()))
+    }
+
+    fn written(v: &str) -> Found<'_> {
+        Found::Written(Some(v.as_bytes()))
+    }
+
+    fn kept(writes: &[(i64, &str, Option<&str>)]) -> Log {
+        let mut l = Log::default();
+        for &(tag, k, v) in writes {
+            l.push(e(tag, k, v));
         }
+        l.keep_run();
+        l
     }
 
     #[test]
@@ -201,16 +365,14 @@ mod tests {
     #[test]
     fn a_commit_point_never_splits_a_call() {
         let mut l = Log::default();
-        let call = |first, tag, k: &str| Entry {
-            first,
-            tag,
-            slot: (0, k.into()),
-            value: Some(b"v".to_vec()),
-        };
+        let call = |first, tag, k: &str| Entry::new(first, tag, (0, k.into()), Some(b"v".to_vec()));
         l.push(call(0, 9, "a"));
         l.push(call(10, 19, "a"));
         l.push(call(10, 19, "b"));
         l.push(call(20, 29, "c"));
+        assert_eq!(l.commit_point(25), 25, "the run's writes are not kept yet");
+        l.keep_run();
+        l.push(call(30, 39, "d"));
         assert_eq!(l.commit_point(10), 10, "between two calls");
         assert_eq!(l.commit_point(15), 10, "inside the second call");
         assert_eq!(l.commit_point(20), 20);
@@ -220,69 +382,151 @@ mod tests {
             "the last message of a call is not done yet"
         );
         assert_eq!(l.commit_point(30), 30);
+        assert_eq!(l.commit_point(35), 35, "the run in progress does not count");
         assert_eq!(l.commit_point(5), 0, "inside the first call");
-        l.drain_below(20);
+        l.drain_below(20, |_| Ok::<_, ()>(())).unwrap();
         assert_eq!(l.commit_point(25), 20, "after a drain");
     }
 
     #[test]
-    fn sequence_numbers_count_every_write_across_drains() {
-        let mut l = Log::default();
-        for (i, k) in ["a", "b", "a", "c"].iter().enumerate() {
-            l.push(e(i as i64, k, Some("v")));
-        }
-        assert_eq!((l.start(), l.end()), (0, 4));
-        let tags = |l: &Log, seq| l.since(seq).map(|e| e.tag).collect::<Vec<_>>();
-        assert_eq!(tags(&l, 2), [2, 3]);
-        l.drain_below(2);
-        assert_eq!((l.start(), l.end()), (2, 4), "a drain moves the start only");
-        assert_eq!(tags(&l, 3), [3]);
-        assert_eq!(
-            tags(&l, 0),
-            [2, 3],
-            "a sequence number drained is the start"
-        );
-        assert_eq!(tags(&l, 4), Vec::<i64>::new());
-    }
-
-    #[test]
-    fn latest_writes_leave_out_the_replaced_ones_and_keep_the_order() {
-        let mut l = Log::default();
-        l.push(e(1, "a", Some("1")));
-        l.push(e(2, "b", Some("2")));
+    fn a_dropped_run_gives_every_key_its_value_from_before_it() {
+        let mut l = kept(&[(1, "a", Some("1")), (2, "b", Some("2"))]);
+        l.remember(SlotRef(0, "s"), Some(b"stored".to_vec()), 10);
+        l.push(e(3, "a", Some("3")));
         l.push(e(3, "a", None));
         l.push(e(4, "c", Some("4")));
-        let keys: Vec<(i64, &str)> = l.latest_writes().map(|e| (e.tag, &*e.slot.1)).collect();
-        assert_eq!(keys, [(2, "b"), (3, "a"), (4, "c")]);
+        l.push(e(4, "s", Some("5")));
+        assert_eq!(
+            l.get(SlotRef(0, "a")),
+            Found::Written(None),
+            "read your writes"
+        );
+        assert_eq!(l.get(SlotRef(0, "c")), written("4"));
+        assert_eq!(l.get(SlotRef(0, "s")), written("5"));
+        assert_eq!(
+            l.run_latest()
+                .map(|e| (e.tag, &*e.slot.1))
+                .collect::<Vec<_>>(),
+            [(3, "a"), (4, "c"), (4, "s")],
+            "each key's last write of the run, in order"
+        );
+        l.drop_run();
+        assert!(l.run_is_empty());
+        assert_eq!(l.get(SlotRef(0, "a")), written("1"));
+        assert_eq!(l.get(SlotRef(0, "b")), written("2"));
+        assert_eq!(l.get(SlotRef(0, "c")), Found::Unknown);
+        assert_eq!(
+            l.get(SlotRef(0, "s")),
+            Found::Unknown,
+            "a stored value a dropped write replaced is read again from the store"
+        );
+        assert_eq!(l.len(), 2);
+        // The kept writes still chain: a new run and a drop again.
+        l.push(e(5, "a", Some("6")));
+        l.keep_run();
+        l.push(e(6, "a", Some("7")));
+        l.drop_run();
+        assert_eq!(l.get(SlotRef(0, "a")), written("6"));
+        let (changes, _) = l.changes_since(0, 100);
+        let tags: Vec<i64> = changes.iter().map(|e| e.tag).collect();
+        assert_eq!(tags, [2, 5], "a's write at 1 was replaced at 5");
     }
 
     #[test]
-    fn latest_wins_and_draining_keeps_later_writes_of_the_same_key() {
-        let mut l = Log::default();
-        l.push(e(1, "a", Some("1")));
-        l.push(e(2, "b", Some("2")));
-        l.push(e(3, "a", Some("3")));
-        assert_eq!(l.get(SlotRef(0, "a")), Some(Some(&b"3"[..])));
-        let drained = l.drain_below(3);
-        assert_eq!(drained, vec![e(1, "a", Some("1")), e(2, "b", Some("2"))]);
+    fn changes_since_give_each_keys_last_write_in_range_in_order() {
+        let mut l = kept(&[
+            (1, "a", Some("1")),
+            (2, "b", Some("2")),
+            (3, "a", None),
+            (4, "c", Some("4")),
+            (5, "b", Some("5")),
+        ]);
+        l.push(e(6, "c", Some("run")));
+        let keys = |c: &[&Entry]| {
+            c.iter()
+                .map(|e| (e.tag, e.slot.1.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let (c, end) = l.changes_since(0, 5);
         assert_eq!(
-            l.get(SlotRef(0, "a")),
-            Some(Some(&b"3"[..])),
-            "a's later write stays"
+            keys(&c),
+            [(2, "b".into()), (3, "a".into()), (4, "c".into())]
         );
-        assert_eq!(l.get(SlotRef(0, "b")), None, "b's write left the log");
-        l.push(e(4, "b", None));
+        assert_eq!(end, 4);
+        let (c, end) = l.changes_since(end, 100);
+        assert_eq!(keys(&c), [(5, "b".into())], "not the run's write of c");
+        assert_eq!(end, 5);
+        l.keep_run();
+        l.drain_below(3, |_| Ok::<_, ()>(())).unwrap();
+        assert_eq!(l.start(), 2);
+        let (c, end) = l.changes_since(0, 100);
+        assert_eq!(
+            keys(&c),
+            [(3, "a".into()), (5, "b".into()), (6, "c".into())],
+            "a start that left the log reads from the log's start"
+        );
+        assert_eq!(end, 6);
+    }
+
+    #[test]
+    fn a_drain_applies_each_keys_last_write_and_remembers_it_as_stored() {
+        let mut l = kept(&[
+            (1, "a", Some("1")),
+            (2, "b", Some("2")),
+            (3, "a", Some("3")),
+            (4, "b", Some("4")),
+        ]);
+        let mut applied = Vec::new();
+        l.drain_below(4, |c| {
+            applied = c.iter().map(|e| (e.tag, e.slot.1.to_string())).collect();
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        assert_eq!(applied, [(2, "b".into()), (3, "a".into())]);
+        assert_eq!(l.get(SlotRef(0, "a")), Found::Stored(Some(b"3")));
         assert_eq!(
             l.get(SlotRef(0, "b")),
-            Some(None),
-            "a delete reads as a delete"
+            written("4"),
+            "its later write stays"
         );
-        let mut other = Log::default();
-        other.push(e(5, "c", Some("5")));
-        l.append(&mut other);
-        assert!(other.is_empty());
-        assert_eq!(l.len(), 3);
-        l.clear();
-        assert_eq!(l.get(SlotRef(0, "a")), None);
+        assert_eq!(l.remembered(), 1);
+        assert_eq!(l.len(), 1);
+        l.push(e(5, "a", Some("5")));
+        assert_eq!(l.remembered(), 0, "a write replaces the stored value");
+        l.drop_run();
+        assert_eq!(l.get(SlotRef(0, "a")), Found::Unknown);
+        // A store that fails: the keys it did not take are read from it again.
+        l.push(e(6, "c", Some("6")));
+        l.keep_run();
+        assert_eq!(l.drain_below(100, |_| Err("disk full")), Err("disk full"));
+        assert_eq!(l.get(SlotRef(0, "b")), Found::Unknown);
+        assert_eq!(l.get(SlotRef(0, "c")), Found::Unknown);
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn remembered_store_values_are_bounded_and_writes_stay() {
+        let mut l = kept(&[(1, "w", Some("1"))]);
+        for i in 0..3 {
+            l.remember(SlotRef(0, &format!("k{i}")), None, 3);
+        }
+        assert_eq!(l.get(SlotRef(0, "k0")), Found::Stored(None));
+        assert_eq!(l.remembered(), 3);
+        l.remember(SlotRef(0, "k3"), Some(b"x".to_vec()), 3);
+        assert_eq!(l.remembered(), 1, "the cache started over");
+        assert_eq!(l.get(SlotRef(0, "k0")), Found::Unknown);
+        assert_eq!(l.get(SlotRef(0, "k3")), Found::Stored(Some(b"x")));
+        assert_eq!(
+            l.get(SlotRef(0, "w")),
+            written("1"),
+            "a write is never forgotten"
+        );
+        let mut listed: Vec<_> = l.latest_of(0).collect();
+        listed.sort();
+        assert_eq!(
+            listed,
+            [("w", Some(&b"1"[..]))],
+            "stored values are not listed"
+        );
     }
 }

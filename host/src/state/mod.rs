@@ -1,13 +1,15 @@
 //! Stages' durable state: buckets per stage and source partition (`wasi:keyvalue`), kept in
 //! step with the delivered outcomes.
 //!
-//! A write goes through three places. While a chain run is in progress it is in the
-//! partition's *batch* log (a call that traps, times out or fails leaves nothing there: the
-//! instance keeps its call's writes until the call returned). When the run's outcomes go to
-//! the sinks it moves to the *pending* log, tagged with the source offset it belongs to. When
-//! the controller commits offset `next` for the partition, the writes tagged below `next` go
-//! to the store ([`store::StageStore`]) with a checkpoint, in one transaction. Reads see the
-//! batch log, then the pending log, then the store: read-your-writes. See docs/state.md.
+//! A write goes to the partition's log ([`log::Log`]) when the call that made it returned (a
+//! call that traps, times out or fails leaves nothing there: the instance keeps its call's
+//! writes until then), tagged with the source offset it belongs to, as a write of the chain
+//! run in progress. When the run's outcomes go to the sinks its writes are kept; when a stage
+//! failed they are rolled back. When the controller commits offset `next` for the partition,
+//! the kept writes tagged below `next` go to the store ([`store::StageStore`]) with a
+//! checkpoint, in one transaction. Reads see the log's latest write of the key, then the
+//! store (whose values read are remembered in the log's map): read-your-writes. See
+//! docs/state.md.
 
 pub mod log;
 pub mod store;
@@ -17,7 +19,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use self::log::{Entry, Log, Slot, SlotMap, SlotRef};
+use self::log::{Entry, Found, Log, Slot, SlotRef};
 pub use self::store::{Checkpoint, StageStore, StoreError};
 use crate::config::{PipelineConfig, StageConfig};
 use crate::sink::{ChangeRecord, Changelog};
@@ -133,15 +135,11 @@ pub struct PartitionState {
 
 #[derive(Default)]
 struct Inner {
-    /// Writes of the chain run in progress.
-    batch: Log,
-    /// Writes of runs whose outcomes went out, not yet in the store.
-    pending: Log,
-    /// Exactly-once: the pending writes from this sequence number on are not in the
-    /// changelog yet.
+    /// Writes not yet in the store (kept, then the chain run's), and store values read.
+    log: Log,
+    /// Exactly-once: the kept writes from this sequence number on are not in the changelog
+    /// yet.
     unsent: u64,
-    /// Store values read (none: absent in the store).
-    cache: SlotMap<Option<Vec<u8>>>,
     checkpoint: Checkpoint,
     /// The TTL sweep: per bucket, the last key looked at (none: the sweep is at the start),
     /// and when the next sweep may start.
@@ -181,20 +179,14 @@ impl PartitionState {
     /// The value of `slot` (the stage's bytes), as the next message sees it.
     pub fn get(&self, slot: SlotRef<'_>) -> Result<Option<Vec<u8>>, StoreError> {
         let mut g = self.lock();
-        if let Some(v) = g.batch.get(slot).or_else(|| g.pending.get(slot)) {
+        if let Found::Written(v) | Found::Stored(v) = g.log.get(slot) {
             return Ok(v.and_then(|s| self.live(s)).map(<[u8]>::to_vec));
-        }
-        if let Some(v) = g.cache.get(&slot) {
-            return Ok(v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec));
         }
         let v = self
             .store
             .get(&self.key, &self.spec.buckets[slot.0 as usize], slot.1)?;
         let out = v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec);
-        if g.cache.len() >= CACHE_ENTRIES {
-            g.cache.clear();
-        }
-        g.cache.insert(slot.to_slot(), v);
+        g.log.remember(slot, v, CACHE_ENTRIES);
         Ok(out)
     }
 
@@ -229,18 +221,13 @@ impl PartitionState {
                 let slot = (b, Arc::<str>::from(key));
                 // A newer write in the logs is what a read sees.
                 let at = SlotRef::of(&slot);
-                let written = match g.batch.get(at).or_else(|| g.pending.get(at)) {
-                    Some(Some(v)) => decode(v).0,
-                    Some(None) => continue,
-                    None => decode(&stored).0,
+                let written = match g.log.get(at) {
+                    Found::Written(Some(v)) => decode(v).0,
+                    Found::Written(None) => continue,
+                    Found::Stored(_) | Found::Unknown => decode(&stored).0,
                 };
                 if written < cutoff {
-                    g.batch.push(Entry {
-                        first: tag,
-                        tag,
-                        slot,
-                        value: None,
-                    });
+                    g.log.push(Entry::new(tag, tag, slot, None));
                     expired += 1;
                 }
             }
@@ -283,12 +270,10 @@ impl PartitionState {
                 (k, live)
             })
             .collect();
-        // The logs' latest writes win over the store; the batch log over the pending one.
-        for log in [&g.pending, &g.batch] {
-            for (k, v) in log.latest_of(bucket) {
-                if cursor.is_none_or(|c| k > c) {
-                    merged.insert(k.to_owned(), v.is_some_and(|v| self.live(v).is_some()));
-                }
+        // The log's latest writes win over the store.
+        for (k, v) in g.log.latest_of(bucket) {
+            if cursor.is_none_or(|c| k > c) {
+                merged.insert(k.to_owned(), v.is_some_and(|v| self.live(v).is_some()));
             }
         }
         let store_full = bound.is_some();
@@ -314,12 +299,7 @@ impl PartitionState {
     ) {
         let mut g = self.lock();
         for (slot, value) in writes {
-            g.batch.push(Entry {
-                first,
-                tag,
-                slot,
-                value,
-            });
+            g.log.push(Entry::new(first, tag, slot, value));
         }
     }
 
@@ -328,16 +308,16 @@ impl PartitionState {
     /// between them would keep the writes of the messages above it out of the store, or put
     /// those of messages not yet done in).
     pub fn commit_point(&self, next: i64) -> i64 {
-        self.lock().pending.commit_point(next)
+        self.lock().log.commit_point(next)
     }
 
     /// Whether the chain run in progress wrote anything.
     pub fn batch_wrote(&self) -> bool {
-        !self.lock().batch.is_empty()
+        !self.lock().log.run_is_empty()
     }
 
-    /// Ends the chain run in progress: its writes become pending (`keep`, also appended to
-    /// `changes` when the stage has a changelog) or are dropped.
+    /// Ends the chain run in progress: its writes are kept (`keep`, also appended to
+    /// `changes` when the stage has a changelog) or rolled back.
     pub fn finish_batch(&self, keep: bool, changes: &mut Vec<ChangeRecord>) {
         let mut g = self.lock();
         if keep {
@@ -345,25 +325,26 @@ impl PartitionState {
             // of each key's last write in the run only: the run's records go out, and commit,
             // together (one ticket; exactly-once: one transaction), so the earlier values of
             // a key would only be compacted away.
-            let records = g
-                .batch
-                .latest_writes()
-                .filter(|_| self.store.has_changelog() && !self.per_transaction);
-            changes.extend(records.map(|e| ChangeRecord {
-                topic: self.spec.changelogs[e.slot.0 as usize].clone(),
-                key: e.slot.1.clone(),
-                value: e.value.clone(),
-                tag: e.tag,
-            }));
-            let Inner { batch, pending, .. } = &mut *g;
-            pending.append(batch);
+            if self.store.has_changelog() && !self.per_transaction {
+                changes.extend(g.log.run_latest().map(|e| self.change_record(e)));
+            }
+            g.log.keep_run();
         } else {
-            g.batch.clear();
+            g.log.drop_run();
+        }
+    }
+
+    fn change_record(&self, e: &Entry) -> ChangeRecord {
+        ChangeRecord {
+            topic: self.spec.changelogs[e.slot.0 as usize].clone(),
+            key: e.slot.1.clone(),
+            value: e.value.clone(),
+            tag: e.tag,
         }
     }
 
     /// Exactly-once, just before the partition's transaction commits at `next`: the changelog
-    /// records of the pending writes tagged below `next` that are not in the changelog yet,
+    /// records of the kept writes tagged below `next` that are not in the changelog yet,
     /// each key's last (the transaction's earlier values of a key would only be compacted
     /// away), in the order they were made.
     pub fn take_changes(&self, next: i64, changes: &mut Vec<ChangeRecord>) {
@@ -372,26 +353,9 @@ impl PartitionState {
             return;
         }
         let mut g = self.lock();
-        let from = g.unsent.max(g.pending.start());
-        let unsent: Vec<&log::Entry> = g.pending.since(from).take_while(|e| e.tag < next).collect();
-        let taken = unsent.len() as u64;
-        let mut seen: std::collections::HashSet<&Slot, foldhash::fast::RandomState> =
-            Default::default();
-        let start = changes.len();
-        changes.extend(
-            unsent
-                .iter()
-                .rev()
-                .filter(|e| seen.insert(&e.slot))
-                .map(|e| ChangeRecord {
-                    topic: self.spec.changelogs[e.slot.0 as usize].clone(),
-                    key: e.slot.1.clone(),
-                    value: e.value.clone(),
-                    tag: e.tag,
-                }),
-        );
-        changes[start..].reverse();
-        g.unsent = from + taken;
+        let (last, end) = g.log.changes_since(g.unsent, next);
+        changes.extend(last.into_iter().map(|e| self.change_record(e)));
+        g.unsent = end;
     }
 
     /// Brings the store up to the end of the changelog, from its checkpoint (all of it when
@@ -454,7 +418,7 @@ impl PartitionState {
                 break;
             }
         }
-        g.cache.clear();
+        g.log.forget_stored();
         Ok(done)
     }
 
@@ -499,7 +463,7 @@ impl PartitionState {
             }
         }
         let due = !self.store.has_changelog()
-            || g.pending.len() >= FLUSH_WRITES
+            || g.log.len() >= FLUSH_WRITES
             || g.flushed.is_none_or(|t| t.elapsed() >= FLUSH_EVERY);
         if due {
             self.flush_locked(&mut g)?;
@@ -520,34 +484,27 @@ impl PartitionState {
         let Some(next) = g.checkpoint.source_next else {
             return Ok(());
         };
-        let entries = g.pending.drain_below(next);
-        let mut seen: std::collections::HashSet<&Slot, foldhash::fast::RandomState> =
-            Default::default();
-        let changes: Vec<store::Change<'_>> = entries
-            .iter()
-            .rev()
-            .filter(|e| seen.insert(&e.slot))
-            .map(|e| {
-                (
-                    self.spec.buckets[e.slot.0 as usize].as_str(),
-                    &*e.slot.1,
-                    e.value.as_deref(),
-                )
-            })
-            .collect();
-        self.store.apply(&self.key, &changes, &g.checkpoint)?;
-        for e in entries {
-            if let Some(cached) = g.cache.get_mut(&e.slot) {
-                *cached = e.value;
-            }
-        }
-        Ok(())
+        let Inner {
+            log, checkpoint, ..
+        } = g;
+        log.drain_below(next, |last| {
+            let changes: Vec<store::Change<'_>> = last
+                .iter()
+                .map(|e| {
+                    (
+                        self.spec.buckets[e.slot.0 as usize].as_str(),
+                        &*e.slot.1,
+                        e.value.as_deref(),
+                    )
+                })
+                .collect();
+            self.store.apply(&self.key, &changes, checkpoint)
+        })
     }
 
-    /// Writes not yet committed (pending and in progress).
+    /// Writes not yet in the store (kept and in progress).
     pub fn uncommitted(&self) -> usize {
-        let g = self.lock();
-        g.pending.len() + g.batch.len()
+        self.lock().log.len()
     }
 }
 
