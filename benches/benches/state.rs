@@ -205,7 +205,10 @@ fn state_restore(c: &mut Criterion) {
                 weir::sink::ChangeRecord {
                     topic: spec.changelogs[0].clone(),
                     key: format!("key-{:06}", n % KEYS).into(),
-                    value: Some(weir::state::encode(0, weir_benches::value(n).as_bytes())),
+                    value: Some(weir::state::encode_shared(
+                        0,
+                        weir_benches::value(n).as_bytes(),
+                    )),
                     tag: n as i64,
                 }
             })

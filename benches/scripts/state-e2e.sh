@@ -3,6 +3,7 @@
 # binary on `weir broker` (librdkafka's mock cluster), with the `misbehave` stage keeping
 # state (one get and one set per message: STATE=1) or not (0); DELIVERY=exactly-once or
 # at-least-once; KEYS=K: the messages' keys cycle over K keys (default: every key new).
+# DRIVERS=D: driver threads (default 1, the default of runtime.drivers).
 # Prints the report's read count and consuming_ms. docs/BENCHMARKS.md.
 # usage: benches/scripts/state-e2e.sh 0|1   (after cargo build --release -p weir and the tests'
 # plugin build, target/plugins/...)
@@ -36,8 +37,8 @@ stages:
     plugin: $root/target/plugins/wasm32-wasip2/release/misbehave.wasm
 $ST
 sink: { kafka: { brokers: "$B", topic: out } }
-runtime: { report: report.json, watch_plugins: false }
+runtime: { report: report.json, watch_plugins: false, drivers: ${DRIVERS:-1} }
 Y
-WEIR_LOG=${WEIR_LOG:-warn} "$W" run p.yaml 2> run.log >/dev/null || { cat run.log; exit 1; }
+WEIR_LOG=${WEIR_LOG:-warn} ${WRAP:-} "$W" run p.yaml 2> run.log >/dev/null || { cat run.log; exit 1; }
 python3 -c "import json;r=json.load(open('report.json'));print('read',r['read'],'consuming_ms',r.get('consuming_ms'))"
 exec 3>&-

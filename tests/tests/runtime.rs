@@ -751,7 +751,7 @@ impl Changelog for FakeChangelog {
                     r.topic.to_string(),
                     lane.partition,
                     r.key.to_string(),
-                    r.value.clone(),
+                    r.value.as_deref().map(<[u8]>::to_vec),
                     r.tag,
                 ),
                 ticket.clone(),
@@ -778,7 +778,7 @@ impl Changelog for FakeChangelog {
                 r.topic.to_string(),
                 lane.partition,
                 r.key.to_string(),
-                r.value.clone(),
+                r.value.as_deref().map(<[u8]>::to_vec),
                 r.tag,
             )
         }));

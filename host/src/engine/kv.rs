@@ -14,7 +14,7 @@ use super::bindings::weir::stage::state_limits;
 use super::bindings::{KeyResponse, KvError};
 use super::StageState;
 use crate::state::log::{Slot, SlotMap, SlotRef};
-use crate::state::{encode, now_ms, PartitionState, StateSpec};
+use crate::state::{encode_shared, now_ms, Encoded, PartitionState, StateSpec};
 
 /// The host's side of a guest `bucket`: which of the stage's buckets.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ pub struct Kv {
     /// Writes of the call in progress, in order, and the latest of each key among the
     /// first `indexed` of them (indexed when a read comes after writes: a stage that writes
     /// in one `set-many` at the end of its call, as the Rust SDK does, never pays for it).
-    writes: Vec<(Slot, Option<Vec<u8>>)>,
+    writes: Vec<(Slot, Option<Encoded>)>,
     latest: SlotMap<usize>,
     indexed: usize,
     /// Shadow candidate: writes stay in `writes` and are dropped after each call.
@@ -141,7 +141,7 @@ impl Kv {
         }
         self.part()?;
         self.writes
-            .push(((bucket, key), value.map(|v| encode(self.now, v))));
+            .push(((bucket, key), value.map(|v| encode_shared(self.now, v))));
         Ok(())
     }
 }

@@ -514,7 +514,7 @@ pub(super) fn send_change<C: ProducerContext>(
             .partition(partition)
             .key(r.key.as_bytes());
     if let Some(v) = &r.value {
-        record = record.payload(v.as_slice());
+        record = record.payload(&v[..]);
     }
     loop {
         match producer.send(record) {

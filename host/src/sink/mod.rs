@@ -217,8 +217,9 @@ pub struct ChangeRecord {
     pub topic: Arc<str>,
     /// The bucket's key.
     pub key: Arc<str>,
-    /// The encoded value (write time, then the stage's bytes); none: a tombstone.
-    pub value: Option<Vec<u8>>,
+    /// The encoded value (write time, then the stage's bytes; shared with the state's log);
+    /// none: a tombstone.
+    pub value: Option<crate::state::Encoded>,
     /// The source offset whose outcome the write belongs to (see [`ChangelogAcks`]).
     pub tag: i64,
 }

@@ -9,6 +9,8 @@
 
 use std::collections::VecDeque;
 
+use super::Encoded;
+
 /// A bucket (its index in the stage's `state.buckets`) and a key (shared: a write's key is
 /// held by the call's writes, the log, the map and its change record at once).
 pub type Slot = (u16, std::sync::Arc<str>);
@@ -55,7 +57,7 @@ pub struct Entry {
     /// Which bucket and key.
     pub slot: Slot,
     /// The encoded value, or none for a delete.
-    pub value: Option<Vec<u8>>,
+    pub value: Option<Encoded>,
     /// Sequence numbers of the key's write before this one and after it ([`NONE`]: none in
     /// the log).
     prev: u64,
@@ -64,7 +66,7 @@ pub struct Entry {
 
 impl Entry {
     /// A write (not yet in a log).
-    pub fn new(first: i64, tag: i64, slot: Slot, value: Option<Vec<u8>>) -> Self {
+    pub fn new(first: i64, tag: i64, slot: Slot, value: Option<Encoded>) -> Self {
         Entry {
             first,
             tag,
@@ -81,13 +83,14 @@ impl Entry {
     }
 }
 
-/// Where a key's current value is.
+/// Where a key's current value is, and the value (shared with its write: a read looks at
+/// the map only).
 #[derive(Debug)]
 enum Latest {
     /// The write with this sequence number, in the log.
-    Write(u64),
+    Write(u64, Option<Encoded>),
     /// The store's encoded value (none: absent), as read or as last flushed.
-    Stored(Option<Vec<u8>>),
+    Stored(Option<Encoded>),
 }
 
 /// What the log knows of a key.
@@ -115,10 +118,6 @@ pub struct Log {
 }
 
 impl Log {
-    fn at(&self, seq: u64) -> Option<&Entry> {
-        self.entries.get(seq.checked_sub(self.base)? as usize)
-    }
-
     fn at_mut(&mut self, seq: u64) -> Option<&mut Entry> {
         self.entries.get_mut(seq.checked_sub(self.base)? as usize)
     }
@@ -126,8 +125,11 @@ impl Log {
     /// Appends a write to the chain run in progress.
     pub fn push(&mut self, mut e: Entry) {
         let seq = self.end();
-        e.prev = match self.map.insert(e.slot.clone(), Latest::Write(seq)) {
-            Some(Latest::Write(p)) => match self.at_mut(p) {
+        e.prev = match self
+            .map
+            .insert(e.slot.clone(), Latest::Write(seq, e.value.clone()))
+        {
+            Some(Latest::Write(p, _)) => match self.at_mut(p) {
                 Some(before) => {
                     before.next = seq;
                     p
@@ -147,10 +149,7 @@ impl Log {
     /// What the log knows of `slot`'s value.
     pub fn get(&self, slot: SlotRef<'_>) -> Found<'_> {
         match self.map.get(&slot) {
-            Some(Latest::Write(seq)) => match self.at(*seq) {
-                Some(e) => Found::Written(e.value.as_deref()),
-                None => Found::Unknown,
-            },
+            Some(Latest::Write(_, v)) => Found::Written(v.as_deref()),
             Some(Latest::Stored(v)) => Found::Stored(v.as_deref()),
             None => Found::Unknown,
         }
@@ -158,7 +157,7 @@ impl Log {
 
     /// Remembers the store's value of `slot`, read because the log did not know it; at most
     /// `cap` such values are kept (then they are all forgotten, and the cache starts over).
-    pub fn remember(&mut self, slot: SlotRef<'_>, stored: Option<Vec<u8>>, cap: usize) {
+    pub fn remember(&mut self, slot: SlotRef<'_>, stored: Option<Encoded>, cap: usize) {
         if self.stored >= cap {
             self.forget_stored();
         }
@@ -170,7 +169,7 @@ impl Log {
 
     /// Forgets every store value remembered (the store changed under the log).
     pub fn forget_stored(&mut self) {
-        self.map.retain(|_, l| matches!(l, Latest::Write(_)));
+        self.map.retain(|_, l| matches!(l, Latest::Write(..)));
         self.stored = 0;
     }
 
@@ -186,7 +185,8 @@ impl Log {
             match self.at_mut(e.prev) {
                 Some(before) => {
                     before.next = NONE;
-                    self.map.insert(e.slot, Latest::Write(e.prev));
+                    let value = before.value.clone();
+                    self.map.insert(e.slot, Latest::Write(e.prev, value));
                 }
                 None => {
                     self.map.remove(&SlotRef::of(&e.slot));
@@ -271,7 +271,7 @@ impl Log {
             let Some(l) = self.map.get_mut(&SlotRef::of(&e.slot)) else {
                 continue;
             };
-            if !matches!(l, Latest::Write(s) if *s == seq) {
+            if !matches!(l, Latest::Write(s, _) if *s == seq) {
                 // A later write is the key's value.
                 continue;
             }
@@ -317,7 +317,7 @@ impl Log {
             .iter()
             .filter(move |(s, _)| s.0 == bucket)
             .filter_map(|(s, l)| match l {
-                Latest::Write(seq) => Some((&*s.1, self.at(*seq)?.value.as_deref())),
+                Latest::Write(_, v) => Some((&*s.1, v.as_deref())),
                 Latest::Stored(_) => None,
             })
     }
@@ -328,7 +328,7 @@ mod tests {
     use super::*;
 
     fn e(tag: i64, k: &str, v: Option<&str>) -> Entry {
-        Entry::new(tag, tag, (0, k.into()), v.map(|v| v.as_bytes().to_vec()))
+        Entry::new(tag, tag, (0, k.into()), v.map(|v| v.as_bytes().into()))
     }
 
     fn written(v: &str) -> Found<'_> {
@@ -365,7 +365,8 @@ mod tests {
     #[test]
     fn a_commit_point_never_splits_a_call() {
         let mut l = Log::default();
-        let call = |first, tag, k: &str| Entry::new(first, tag, (0, k.into()), Some(b"v".to_vec()));
+        let call =
+            |first, tag, k: &str| Entry::new(first, tag, (0, k.into()), Some(b"v"[..].into()));
         l.push(call(0, 9, "a"));
         l.push(call(10, 19, "a"));
         l.push(call(10, 19, "b"));
@@ -391,7 +392,7 @@ mod tests {
     #[test]
     fn a_dropped_run_gives_every_key_its_value_from_before_it() {
         let mut l = kept(&[(1, "a", Some("1")), (2, "b", Some("2"))]);
-        l.remember(SlotRef(0, "s"), Some(b"stored".to_vec()), 10);
+        l.remember(SlotRef(0, "s"), Some(b"stored"[..].into()), 10);
         l.push(e(3, "a", Some("3")));
         l.push(e(3, "a", None));
         l.push(e(4, "c", Some("4")));
@@ -512,7 +513,7 @@ mod tests {
         }
         assert_eq!(l.get(SlotRef(0, "k0")), Found::Stored(None));
         assert_eq!(l.remembered(), 3);
-        l.remember(SlotRef(0, "k3"), Some(b"x".to_vec()), 3);
+        l.remember(SlotRef(0, "k3"), Some(b"x"[..].into()), 3);
         assert_eq!(l.remembered(), 1, "the cache started over");
         assert_eq!(l.get(SlotRef(0, "k0")), Found::Unknown);
         assert_eq!(l.get(SlotRef(0, "k3")), Found::Stored(Some(b"x")));

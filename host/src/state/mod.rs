@@ -100,6 +100,19 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// An encoded value ([`encode`]) shared by the write's log entry, the partition's map of
+/// latest values and its changelog record: made once, never copied between them.
+pub type Encoded = Arc<[u8]>;
+
+/// [`encode`] into a shared value (one allocation).
+pub fn encode_shared(at_ms: i64, value: &[u8]) -> Encoded {
+    at_ms
+        .to_le_bytes()
+        .into_iter()
+        .chain(value.iter().copied())
+        .collect()
+}
+
 /// A value as the store and the changelog hold it: the write's time (ms since the epoch,
 /// 8 bytes little-endian), then the stage's bytes.
 pub fn encode(at_ms: i64, value: &[u8]) -> Vec<u8> {
@@ -186,7 +199,7 @@ impl PartitionState {
             .store
             .get(&self.key, &self.spec.buckets[slot.0 as usize], slot.1)?;
         let out = v.as_deref().and_then(|s| self.live(s)).map(<[u8]>::to_vec);
-        g.log.remember(slot, v, CACHE_ENTRIES);
+        g.log.remember(slot, v.map(Encoded::from), CACHE_ENTRIES);
         Ok(out)
     }
 
@@ -295,7 +308,7 @@ impl PartitionState {
         &self,
         first: i64,
         tag: i64,
-        writes: impl IntoIterator<Item = (Slot, Option<Vec<u8>>)>,
+        writes: impl IntoIterator<Item = (Slot, Option<Encoded>)>,
     ) {
         let mut g = self.lock();
         for (slot, value) in writes {
