@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use wasmtime::component::{HasSelf, Linker, Resource};
+use wasmtime::component::{HasSelf, Linker, Resource, WasmList, WasmStr};
+use wasmtime::StoreContextMut;
 
 use super::bindings::wasi::keyvalue::{atomics, batch, store};
 use super::bindings::weir::stage::state_limits;
@@ -129,19 +130,23 @@ impl Kv {
     }
 
     fn put(&mut self, bucket: u16, key: Arc<str>, value: Option<&[u8]>) -> Result<(), KvError> {
-        let spec = self.spec()?;
         if let Some(v) = value {
-            if v.len() > spec.max_value {
-                return Err(KvError::Other(format!(
-                    "value of {} bytes for key {key:?} is over state.max_value ({} bytes)",
-                    v.len(),
-                    spec.max_value
-                )));
-            }
+            self.check_size(&key, v.len())?;
         }
         self.part()?;
         self.writes
             .push(((bucket, key), value.map(|v| encode_shared(self.now, v))));
+        Ok(())
+    }
+
+    /// A value of `len` bytes for `key` is refused when over `state.max_value`.
+    fn check_size(&self, key: &str, len: usize) -> Result<(), KvError> {
+        let max = self.spec()?.max_value;
+        if len > max {
+            return Err(KvError::Other(format!(
+                "value of {len} bytes for key {key:?} is over state.max_value ({max} bytes)"
+            )));
+        }
         Ok(())
     }
 }
@@ -152,7 +157,90 @@ pub fn add_to_linker(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
     atomics::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
     batch::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
     state_limits::add_to_linker::<StageState, HasSelf<StageState>>(linker, |s| s)?;
+    add_borrowing(linker)
+}
+
+/// Keys up to this long are copied out of the guest's memory onto the stack for a `get`.
+const KEY_ON_STACK: usize = 128;
+
+/// `get` and `set-many`, the calls a stateful stage makes for its every message, again
+/// (shadowing the generated ones): with the key and values read in the guest's memory, not
+/// lifted into a `String` and a `Vec` each first (two allocations and copies per key and
+/// value that the state then copies into its own shared key and value anyway).
+fn add_borrowing(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut store = linker.instance("wasi:keyvalue/store@0.2.0-draft2")?;
+    store.func_wrap(
+        "[method]bucket.get",
+        |mut cx: StoreContextMut<'_, StageState>,
+         (b, key): (Resource<BucketHandle>, WasmStr)|
+         -> wasmtime::Result<(Result<Option<Vec<u8>>, KvError>,)> {
+            let mut on_stack = [0u8; KEY_ON_STACK];
+            let on_heap: String;
+            let key: &str = {
+                let text = key.to_str(&cx)?;
+                match on_stack.get_mut(..text.len()) {
+                    Some(buf) => {
+                        buf.copy_from_slice(text.as_bytes());
+                        std::str::from_utf8(buf)?
+                    }
+                    None => {
+                        on_heap = text.into_owned();
+                        &on_heap
+                    }
+                }
+            };
+            let s = cx.data_mut();
+            Ok((bucket_of(s, &b).and_then(|bucket| s.kv.get(SlotRef(bucket, key))),))
+        },
+    )?;
+    let mut batch = linker.instance("wasi:keyvalue/batch@0.2.0-draft2")?;
+    batch.func_wrap(
+        "set-many",
+        |mut cx: StoreContextMut<'_, StageState>,
+         (b, pairs): (Resource<BucketHandle>, WasmList<(WasmStr, WasmList<u8>)>)|
+         -> wasmtime::Result<(Result<(), KvError>,)> {
+            let pairs: Vec<(WasmStr, WasmList<u8>)> =
+                pairs.iter(&mut cx)?.collect::<wasmtime::Result<_>>()?;
+            set_many_borrowed(&mut cx, &b, &pairs).map(|r| (r,))
+        },
+    )?;
     Ok(())
+}
+
+/// `set-many` of pairs in the guest's memory: all or nothing (every value is checked against
+/// `state.max_value` before any is written). A key that is not UTF-8 traps, as a lifted
+/// `string` does.
+fn set_many_borrowed(
+    cx: &mut StoreContextMut<'_, StageState>,
+    b: &Resource<BucketHandle>,
+    pairs: &[(WasmStr, WasmList<u8>)],
+) -> wasmtime::Result<Result<(), KvError>> {
+    let bucket = match bucket_of(cx.data_mut(), b) {
+        Ok(bucket) => bucket,
+        Err(e) => return Ok(Err(e)),
+    };
+    let now = cx.data().kv.now;
+    let mut writes = Vec::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        let key = k.to_str(&*cx)?;
+        let value = v.as_le_slice(&*cx);
+        if let Err(e) = cx.data().kv.check_size(&key, value.len()) {
+            return Ok(Err(e));
+        }
+        writes.push((
+            (bucket, Arc::<str>::from(&*key)),
+            Some(encode_shared(now, value)),
+        ));
+    }
+    if writes.is_empty() {
+        return Ok(Ok(()));
+    }
+    if let Err(e) = cx.data().kv.part() {
+        return Ok(Err(e));
+    }
+    cx.data_mut().kv.writes.extend(writes);
+    Ok(Ok(()))
 }
 
 impl state_limits::Host for StageState {
