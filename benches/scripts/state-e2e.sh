@@ -3,13 +3,13 @@
 # binary on `weir broker` (librdkafka's mock cluster), with the `misbehave` stage keeping
 # state (one get and one set per message: STATE=1) or not (0); DELIVERY=exactly-once or
 # at-least-once; KEYS=K: the messages' keys cycle over K keys (default: every key new).
-# DRIVERS=D: driver threads (default 1, the default of runtime.drivers).
+# DRIVERS=D: driver threads (default 1, the default of runtime.drivers). WEIR_BIN: another binary.
 # Prints the report's read count and consuming_ms. docs/BENCHMARKS.md.
 # usage: benches/scripts/state-e2e.sh 0|1   (after cargo build --release -p weir and the tests'
 # plugin build, target/plugins/...)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-W="$root/target/release/weir"
+W="${WEIR_BIN:-$root/target/release/weir}"
 N="${N:-200000}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
