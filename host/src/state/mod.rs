@@ -104,13 +104,18 @@ pub fn now_ms() -> i64 {
 /// latest values and its changelog record: made once, never copied between them.
 pub type Encoded = Arc<[u8]>;
 
-/// [`encode`] into a shared value (one allocation).
+/// [`encode`] into a shared value (one allocation: a short value is put together on the
+/// stack first, then copied once into the `Arc`).
 pub fn encode_shared(at_ms: i64, value: &[u8]) -> Encoded {
-    at_ms
-        .to_le_bytes()
-        .into_iter()
-        .chain(value.iter().copied())
-        .collect()
+    let mut on_stack = [0u8; 256];
+    match on_stack.get_mut(..8 + value.len()) {
+        Some(buf) => {
+            buf[..8].copy_from_slice(&at_ms.to_le_bytes());
+            buf[8..].copy_from_slice(value);
+            Encoded::from(&*buf)
+        }
+        None => encode(at_ms, value).into(),
+    }
 }
 
 /// A value as the store and the changelog hold it: the write's time (ms since the epoch,
@@ -791,6 +796,21 @@ impl StateRegistry {
     pub fn release(&self, key: &PartitionKey) {
         for s in &self.stages {
             s.release(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_encoding_is_the_encoding_for_short_and_long_values() {
+        for len in [0, 1, 247, 248, 249, 5000] {
+            let value: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let shared = encode_shared(-3, &value);
+            assert_eq!(&*shared, &encode(-3, &value)[..], "{len} bytes");
+            assert_eq!(decode(&shared), (-3, &value[..]));
         }
     }
 }
