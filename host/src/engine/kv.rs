@@ -139,6 +139,17 @@ impl Kv {
         Ok(())
     }
 
+    /// A `set-many`'s writes, every value already checked ([`Self::check_size`]): all of them
+    /// join the call's writes, or none.
+    fn put_many(&mut self, writes: Vec<(Slot, Option<Encoded>)>) -> Result<(), KvError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.part()?;
+        self.writes.extend(writes);
+        Ok(())
+    }
+
     /// A value of `len` bytes for `key` is refused when over `state.max_value`.
     fn check_size(&self, key: &str, len: usize) -> Result<(), KvError> {
         let max = self.spec()?.max_value;
@@ -233,14 +244,7 @@ fn set_many_borrowed(
             Some(encode_shared(now, value)),
         ));
     }
-    if writes.is_empty() {
-        return Ok(Ok(()));
-    }
-    if let Err(e) = cx.data().kv.part() {
-        return Ok(Err(e));
-    }
-    cx.data_mut().kv.writes.extend(writes);
-    Ok(Ok(()))
+    Ok(cx.data_mut().kv.put_many(writes))
 }
 
 impl state_limits::Host for StageState {
@@ -444,17 +448,14 @@ impl batch::Host for StageState {
         b: Resource<BucketHandle>,
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), KvError> {
+        // (Shadowed by `set_many_borrowed`, which the linker calls; the same checks.)
         let bucket = bucket_of(self, &b)?;
-        for (k, v) in &key_values {
-            if v.len() > self.kv.spec()?.max_value {
-                // All or nothing: check every value before writing any.
-                return self.kv.put(bucket, k.as_str().into(), Some(v));
-            }
-        }
+        let mut writes = Vec::with_capacity(key_values.len());
         for (k, v) in key_values {
-            self.kv.put(bucket, k.into(), Some(&v))?;
+            self.kv.check_size(&k, v.len())?;
+            writes.push(((bucket, k.into()), Some(encode_shared(self.kv.now, &v))));
         }
-        Ok(())
+        self.kv.put_many(writes)
     }
 
     fn delete_many(&mut self, b: Resource<BucketHandle>, keys: Vec<String>) -> Result<(), KvError> {

@@ -249,11 +249,13 @@ impl Log {
 
     /// Removes the kept writes tagged below `next` (tags never decrease) and hands each key's
     /// last among them to `apply`, in the order they were made (the store takes them). When
-    /// it succeeds, the map remembers those values as the store's; when it fails, it forgets
-    /// those keys.
+    /// it succeeds, the map remembers those values as the store's (while it holds fewer than
+    /// `cap`; past that a key is forgotten and read from the store again); when it fails, it
+    /// forgets those keys.
     pub fn drain_below<E>(
         &mut self,
         next: i64,
+        cap: usize,
         apply: impl FnOnce(&[&Entry]) -> Result<(), E>,
     ) -> Result<(), E> {
         let n = self.kept().take_while(|e| e.tag < next).count();
@@ -275,7 +277,7 @@ impl Log {
                 // A later write is the key's value.
                 continue;
             }
-            if applied.is_ok() {
+            if applied.is_ok() && self.stored < cap {
                 *l = Latest::Stored(e.value);
                 self.stored += 1;
             } else {
@@ -385,7 +387,7 @@ mod tests {
         assert_eq!(l.commit_point(30), 30);
         assert_eq!(l.commit_point(35), 35, "the run in progress does not count");
         assert_eq!(l.commit_point(5), 0, "inside the first call");
-        l.drain_below(20, |_| Ok::<_, ()>(())).unwrap();
+        l.drain_below(20, 10, |_| Ok::<_, ()>(())).unwrap();
         assert_eq!(l.commit_point(25), 20, "after a drain");
     }
 
@@ -458,7 +460,7 @@ mod tests {
         assert_eq!(keys(&c), [(5, "b".into())], "not the run's write of c");
         assert_eq!(end, 5);
         l.keep_run();
-        l.drain_below(3, |_| Ok::<_, ()>(())).unwrap();
+        l.drain_below(3, 10, |_| Ok::<_, ()>(())).unwrap();
         assert_eq!(l.start(), 2);
         let (c, end) = l.changes_since(0, 100);
         assert_eq!(
@@ -478,7 +480,7 @@ mod tests {
             (4, "b", Some("4")),
         ]);
         let mut applied = Vec::new();
-        l.drain_below(4, |c| {
+        l.drain_below(4, 10, |c| {
             applied = c.iter().map(|e| (e.tag, e.slot.1.to_string())).collect();
             Ok::<_, ()>(())
         })
@@ -499,8 +501,35 @@ mod tests {
         // A store that fails: the keys it did not take are read from it again.
         l.push(e(6, "c", Some("6")));
         l.keep_run();
-        assert_eq!(l.drain_below(100, |_| Err("disk full")), Err("disk full"));
+        assert_eq!(
+            l.drain_below(100, 10, |_| Err("disk full")),
+            Err("disk full")
+        );
         assert_eq!(l.get(SlotRef(0, "b")), Found::Unknown);
+        assert_eq!(l.get(SlotRef(0, "c")), Found::Unknown);
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn flushed_values_are_remembered_only_up_to_the_bound() {
+        let mut l = kept(&[
+            (1, "a", Some("1")),
+            (2, "b", Some("2")),
+            (3, "c", Some("3")),
+        ]);
+        l.remember(SlotRef(0, "read"), None, 10);
+        l.drain_below(100, 2, |_| Ok::<_, ()>(())).unwrap();
+        assert_eq!(
+            l.remembered(),
+            2,
+            "a stage that only writes does not grow the map"
+        );
+        assert_eq!(l.get(SlotRef(0, "a")), Found::Stored(Some(b"1")));
+        assert_eq!(
+            l.get(SlotRef(0, "b")),
+            Found::Unknown,
+            "past the bound: the store"
+        );
         assert_eq!(l.get(SlotRef(0, "c")), Found::Unknown);
         assert!(l.is_empty());
     }

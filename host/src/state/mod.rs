@@ -505,7 +505,7 @@ impl PartitionState {
         let Inner {
             log, checkpoint, ..
         } = g;
-        log.drain_below(next, |last| {
+        log.drain_below(next, CACHE_ENTRIES, |last| {
             let changes: Vec<store::Change<'_>> = last
                 .iter()
                 .map(|e| {
