@@ -4,7 +4,9 @@
 # state (one get and one set per message: STATE=1) or not (0); DELIVERY=exactly-once or
 # at-least-once; KEYS=K: the messages' keys cycle over K keys (default: every key new).
 # DRIVERS=D: driver threads (default 1, the default of runtime.drivers). WEIR_BIN: another binary.
-# Prints the report's read count and consuming_ms. docs/BENCHMARKS.md.
+# Prints the report's read count, consuming_ms (wall) and consuming_cpu_ms (the weir process's
+# CPU time over the same span: what the drain cost, whatever the machine's neighbours did
+# meanwhile; the broker's is not in it). docs/BENCHMARKS.md.
 # usage: benches/scripts/state-e2e.sh 0|1   (after cargo build --release -p weir and the tests'
 # plugin build, target/plugins/...)
 set -euo pipefail
@@ -40,5 +42,5 @@ sink: { kafka: { brokers: "$B", topic: out } }
 runtime: { report: report.json, watch_plugins: false, drivers: ${DRIVERS:-1} }
 Y
 WEIR_LOG=${WEIR_LOG:-warn} ${WRAP:-} "$W" run p.yaml 2> run.log >/dev/null || { cat run.log; exit 1; }
-python3 -c "import json;r=json.load(open('report.json'));print('read',r['read'],'consuming_ms',r.get('consuming_ms'))"
+python3 -c "import json;r=json.load(open('report.json'));print('read',r['read'],'consuming_ms',round(r['consuming_ms']),'consuming_cpu_ms',round(r['consuming_cpu_ms']))"
 exec 3>&-

@@ -78,6 +78,9 @@ pub struct RunReport {
     pub reached_end: bool,
     /// Milliseconds from the first message read until consuming stopped.
     pub consuming_ms: f64,
+    /// The process's CPU time, user and system, all threads, over the same span: what
+    /// consuming cost, whatever else the machine ran meanwhile.
+    pub consuming_cpu_ms: f64,
     /// Batches the drivers ran (messages read / batches = the mean batch size).
     pub batches: u64,
     /// Per stage, in chain order.
@@ -119,6 +122,7 @@ impl RunReport {
             stale_completions: 0,
             reached_end: false,
             consuming_ms: 0.0,
+            consuming_cpu_ms: 0.0,
             batches: 0,
             stages: Vec::new(),
             reloads: Default::default(),
@@ -210,5 +214,38 @@ impl RunReport {
             ));
         }
         s
+    }
+}
+
+/// The CPU time this process has used so far, user and system, all threads.
+#[allow(unsafe_code)]
+pub fn process_cpu_time() -> std::time::Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write; CLOCK_PROCESS_CPUTIME_ID exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn process_cpu_time_grows_with_work() {
+        let before = super::process_cpu_time();
+        let t = std::time::Instant::now();
+        let mut n = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(30) {
+            n = std::hint::black_box(n.wrapping_add(1));
+        }
+        let used = super::process_cpu_time().saturating_sub(before);
+        assert!(
+            used >= std::time::Duration::from_millis(10),
+            "30 ms of spinning used {used:?} of CPU time"
+        );
     }
 }

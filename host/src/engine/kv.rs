@@ -150,6 +150,48 @@ impl Kv {
         Ok(())
     }
 
+    /// A `write-packed` list's writes to `bucket` (`key-len:u32 value-len:u32 key value`,
+    /// little-endian, [`ABSENT`] deletes), every key UTF-8 and every value within
+    /// `state.max_value`; otherwise what is wrong, and none of them.
+    fn unpack(
+        &self,
+        bucket: u16,
+        mut packed: &[u8],
+    ) -> Result<Vec<(Slot, Option<Encoded>)>, KvError> {
+        fn take<'a>(packed: &mut &'a [u8], n: usize) -> Result<&'a [u8], KvError> {
+            if packed.len() < n {
+                return Err(KvError::Other(format!(
+                    "write-packed: the list ends inside a write ({n} bytes wanted, {} left)",
+                    packed.len()
+                )));
+            }
+            let (head, rest) = packed.split_at(n);
+            *packed = rest;
+            Ok(head)
+        }
+        fn word(packed: &mut &[u8]) -> Result<u32, KvError> {
+            Ok(u32::from_le_bytes(
+                take(packed, 4)?.try_into().expect("4 bytes"),
+            ))
+        }
+        let mut writes = Vec::new();
+        while !packed.is_empty() {
+            let klen = word(&mut packed)? as usize;
+            let vlen = word(&mut packed)?;
+            let key = std::str::from_utf8(take(&mut packed, klen)?)
+                .map_err(|e| KvError::Other(format!("write-packed: a key is not UTF-8: {e}")))?;
+            let value = match vlen {
+                ABSENT => None,
+                n => {
+                    self.check_size(key, n as usize)?;
+                    Some(encode_shared(self.now, take(&mut packed, n as usize)?))
+                }
+            };
+            writes.push(((bucket, Arc::<str>::from(key)), value));
+        }
+        Ok(writes)
+    }
+
     /// A value of `len` bytes for `key` is refused when over `state.max_value`.
     fn check_size(&self, key: &str, len: usize) -> Result<(), KvError> {
         let max = self.spec()?.max_value;
@@ -216,8 +258,25 @@ fn add_borrowing(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
             set_many_borrowed(&mut cx, &b, &pairs).map(|r| (r,))
         },
     )?;
+    let mut limits = linker.instance("weir:stage/state-limits@0.1.0")?;
+    limits.func_wrap(
+        "write-packed",
+        |mut cx: StoreContextMut<'_, StageState>,
+         (b, packed): (Resource<BucketHandle>, WasmList<u8>)|
+         -> wasmtime::Result<(Result<(), KvError>,)> {
+            let bucket = match bucket_of(cx.data_mut(), &b) {
+                Ok(bucket) => bucket,
+                Err(e) => return Ok((Err(e),)),
+            };
+            let writes = cx.data().kv.unpack(bucket, packed.as_le_slice(&cx));
+            Ok((writes.and_then(|w| cx.data_mut().kv.put_many(w)),))
+        },
+    )?;
     Ok(())
 }
+
+/// A `write-packed` value length that deletes the key.
+const ABSENT: u32 = u32::MAX;
 
 /// `set-many` of pairs in the guest's memory: all or nothing (every value is checked against
 /// `state.max_value` before any is written). A key that is not UTF-8 traps, as a lifted
@@ -250,6 +309,13 @@ fn set_many_borrowed(
 impl state_limits::Host for StageState {
     fn max_value(&mut self) -> u64 {
         self.kv.spec.as_ref().map_or(0, |s| s.max_value as u64)
+    }
+
+    fn write_packed(&mut self, b: Resource<BucketHandle>, packed: Vec<u8>) -> Result<(), KvError> {
+        // (Shadowed by the borrowing one in `add_borrowing`, which the linker calls.)
+        let bucket = bucket_of(self, &b)?;
+        let writes = self.kv.unpack(bucket, &packed)?;
+        self.kv.put_many(writes)
     }
 }
 
@@ -464,5 +530,91 @@ impl batch::Host for StageState {
             self.kv.put(bucket, k.into(), None)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Kv, KvError, ABSENT};
+    use crate::state::{decode, StateSpec};
+
+    fn kv(max_value: usize) -> Kv {
+        Kv::new(
+            Some(Arc::new(StateSpec {
+                stage: "s".into(),
+                buckets: vec!["b".into()],
+                ttl: None,
+                max_value,
+                changelogs: vec!["p.s.b.changelog".into()],
+            })),
+            false,
+        )
+    }
+
+    fn write(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&value.map_or(ABSENT, |v| v.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        out.extend_from_slice(value.unwrap_or_default());
+    }
+
+    fn other(r: Result<impl std::fmt::Debug, KvError>) -> String {
+        match r {
+            Err(KvError::Other(e)) => e,
+            r => panic!("expected other(..), got {r:?}"),
+        }
+    }
+
+    #[test]
+    fn a_packed_list_is_the_writes_in_order() {
+        let mut packed = Vec::new();
+        write(&mut packed, b"a", Some(b"1"));
+        write(&mut packed, b"", Some(b""));
+        write(&mut packed, "é".as_bytes(), None);
+        write(&mut packed, b"a", Some(b"22"));
+        let writes = kv(2).unpack(3, &packed).expect("parses");
+        let got: Vec<(u16, &str, Option<&[u8]>)> = writes
+            .iter()
+            .map(|((b, k), v)| (*b, &**k, v.as_deref().map(|v| decode(v).1)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (3, "a", Some(&b"1"[..])),
+                (3, "", Some(&b""[..])),
+                (3, "é", None),
+                (3, "a", Some(&b"22"[..])),
+            ]
+        );
+        assert!(kv(2).unpack(0, &[]).expect("empty").is_empty());
+    }
+
+    #[test]
+    fn a_bad_packed_list_is_refused_whole() {
+        let mut good = Vec::new();
+        write(&mut good, b"a", Some(b"1"));
+        // Cut short anywhere: refused.
+        for cut in 1..good.len() {
+            let e = other(kv(10).unpack(0, &good[..cut]));
+            assert!(e.contains("ends inside a write"), "cut at {cut}: {e}");
+        }
+        let mut bad = good.clone();
+        write(&mut bad, &[0xff, 0xfe], Some(b"x"));
+        assert!(other(kv(10).unpack(0, &bad)).contains("not UTF-8"));
+        let mut big = good.clone();
+        write(&mut big, b"k", Some(&[7; 11]));
+        let e = other(kv(10).unpack(0, &big));
+        assert!(
+            e.contains("11 bytes") && e.contains("state.max_value"),
+            "{e}"
+        );
+        // A huge claimed length is an error, not an allocation.
+        let mut lie = Vec::new();
+        lie.extend_from_slice(&1u32.to_le_bytes());
+        lie.extend_from_slice(&(ABSENT - 1).to_le_bytes());
+        lie.push(b'k');
+        assert!(other(kv(usize::MAX).unpack(0, &lie)).contains("ends inside a write"));
     }
 }

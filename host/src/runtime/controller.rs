@@ -41,6 +41,8 @@ pub struct ControllerOutcome {
     pub stale: u64,
     /// From the first message read until the loop ended: the time spent consuming.
     pub consuming: Duration,
+    /// The process's CPU time (all threads) over the same span.
+    pub consuming_cpu: Duration,
 }
 
 /// What the controller thread runs.
@@ -157,7 +159,13 @@ impl Controller {
                 break;
             }
         }
-        let consuming = self.core.first_read.map_or(Duration::ZERO, |t| t.elapsed());
+        let (consuming, consuming_cpu) =
+            self.core
+                .first_read
+                .map_or((Duration::ZERO, Duration::ZERO), |(t, cpu)| {
+                    let now = crate::report::process_cpu_time();
+                    (t.elapsed(), now.saturating_sub(cpu))
+                });
 
         // Shutdown: stop fetching, drain drivers, wait for acknowledgements, final commit.
         let deadline = Instant::now() + self.core.opts.drain_timeout;
@@ -209,6 +217,7 @@ impl Controller {
             rebalances: self.core.rebalances,
             stale: self.core.stale,
             consuming,
+            consuming_cpu,
         }
     }
 }

@@ -130,8 +130,8 @@ pub(super) struct Core {
     pub(super) rebalances: u64,
     pub(super) stale: u64,
     pub(super) assigned_once: bool,
-    /// When the first message was read.
-    pub(super) first_read: Option<Instant>,
+    /// When the first message was read, and the process's CPU time then.
+    pub(super) first_read: Option<(Instant, Duration)>,
     /// Exactly-once: offsets committed by transactions, per partition.
     pub(super) txn_committed: BTreeMap<PartitionKey, i64>,
     /// Stages' state: committed offsets apply their writes (at-least-once).
@@ -537,7 +537,8 @@ impl Handler for Core {
             Item::Message(_) => self.read += 1,
             Item::Rejected(_) => self.malformed += 1,
         }
-        self.first_read.get_or_insert_with(Instant::now);
+        self.first_read
+            .get_or_insert_with(|| (Instant::now(), crate::report::process_cpu_time()));
         self.metrics.consumed.inc();
         if !lane.overflow.is_empty() {
             lane.overflow.push_back(item);

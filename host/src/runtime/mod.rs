@@ -429,6 +429,7 @@ fn start_and_run(cfg: &PipelineConfig, opts: &RunOptions) -> Result<RunReport, S
         stale_completions: c.stale,
         reached_end: c.reached_end,
         consuming_ms: c.consuming.as_secs_f64() * 1e3,
+        consuming_cpu_ms: c.consuming_cpu.as_secs_f64() * 1e3,
         batches: metrics.batch_size.get_sample_count(),
         stages: outcome.stages,
         reloads,

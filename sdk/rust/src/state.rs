@@ -203,18 +203,262 @@ impl Bucket {
     }
 }
 
-/// A call's writes are kept here, in the guest, and reach the host in one `set-many` (and one
-/// `delete-many`) per bucket when the call returns (or before a key listing): the host keeps a
-/// call's writes only when it returns anyway, so a stage sees the same state with one host
-/// call per call instead of one per write. A read of a key the call wrote is answered here.
+/// A call's writes to one bucket, packed as the host's `write-packed` takes them (the guest
+/// side of the Rust SDK's state; plain Rust, so it is tested natively too).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) mod packed {
+    use std::hash::BuildHasher;
+
+    /// A value length that says "deleted" (the packed formats' ABSENT).
+    const ABSENT: u32 = u32::MAX;
+
+    /// The call's writes to one bucket: `buf` holds them in order as `write-packed` takes
+    /// them (`key-len:u32 value-len:u32 key value`), `index` the offset of each key's latest.
+    #[derive(Default)]
+    pub(crate) struct Writes {
+        buf: Vec<u8>,
+        index: hashbrown::HashTable<u32>,
+        /// `buf[..sent]` is with the host already (a listing sent it; the call goes on).
+        sent: usize,
+        /// A write at or after `sent` was overwritten or taken back: sending filters.
+        stale: bool,
+    }
+
+    /// The hash of a key in [`Writes::index`] (a fixed seed: the table holds at most one
+    /// call's keys, so a keyed hash buys nothing).
+    fn hash(key: &[u8]) -> u64 {
+        foldhash::fast::FixedState::with_seed(0x5745_4952).hash_one(key)
+    }
+
+    fn word(buf: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(buf[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    /// The key and value of the write at `at`, and where the next one starts.
+    fn entry(buf: &[u8], at: usize) -> (&[u8], Option<&[u8]>, usize) {
+        let klen = word(buf, at) as usize;
+        let vlen = word(buf, at + 4);
+        let key = &buf[at + 8..at + 8 + klen];
+        let vat = at + 8 + klen;
+        match vlen {
+            ABSENT => (key, None, vat),
+            n => (key, Some(&buf[vat..vat + n as usize]), vat + n as usize),
+        }
+    }
+
+    impl Writes {
+        fn find(&self, key: &[u8]) -> Option<u32> {
+            let buf = &self.buf;
+            self.index
+                .find(hash(key), |&at| entry(buf, at as usize).0 == key)
+                .copied()
+        }
+
+        pub(crate) fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
+            let at = self.find(key.as_bytes())?;
+            Some(entry(&self.buf, at as usize).1.map(<[u8]>::to_vec))
+        }
+
+        pub(crate) fn write(&mut self, key: &str, value: Option<&[u8]>) {
+            let at = self.buf.len() as u32;
+            self.buf
+                .extend_from_slice(&(key.len() as u32).to_le_bytes());
+            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
+            self.buf.extend_from_slice(&vlen.to_le_bytes());
+            self.buf.extend_from_slice(key.as_bytes());
+            if let Some(v) = value {
+                self.buf.extend_from_slice(v);
+            }
+            let key = key.as_bytes();
+            let buf = &self.buf;
+            let h = hash(key);
+            match self.index.find_mut(h, |&o| entry(buf, o as usize).0 == key) {
+                Some(o) => {
+                    self.stale |= *o as usize >= self.sent;
+                    *o = at;
+                }
+                None => {
+                    self.index
+                        .insert_unique(h, at, |&o| hash(entry(buf, o as usize).0));
+                }
+            }
+        }
+
+        /// The host took a write of `key` itself: the call's earlier one here is gone.
+        pub(crate) fn forget(&mut self, key: &str) {
+            let key = key.as_bytes();
+            let buf = &self.buf;
+            if let Ok(e) = self
+                .index
+                .find_entry(hash(key), |&o| entry(buf, o as usize).0 == key)
+            {
+                self.stale |= *e.get() as usize >= self.sent;
+                e.remove();
+            }
+        }
+
+        /// The writes not sent yet, each key's latest only, packed.
+        pub(crate) fn unsent(&self) -> std::borrow::Cow<'_, [u8]> {
+            let tail = &self.buf[self.sent..];
+            if !self.stale {
+                return tail.into();
+            }
+            let mut out = Vec::with_capacity(tail.len());
+            let mut at = self.sent;
+            while at < self.buf.len() {
+                let (key, _, end) = entry(&self.buf, at);
+                if self.find(key) == Some(at as u32) {
+                    out.extend_from_slice(&self.buf[at..end]);
+                }
+                at = end;
+            }
+            out.into()
+        }
+
+        /// What [`Self::unsent`] gave the host is with it now (the writes stay for reads).
+        pub(crate) fn mark_sent(&mut self) {
+            self.sent = self.buf.len();
+            self.stale = false;
+        }
+
+        /// Whether a write is not with the host yet.
+        pub(crate) fn has_unsent(&self) -> bool {
+            self.sent < self.buf.len()
+        }
+
+        pub(crate) fn clear(&mut self) {
+            self.buf.clear();
+            self.index.clear();
+            self.sent = 0;
+            self.stale = false;
+        }
+    }
+
+    /// The writes of a packed list, in order, as the host reads them.
+    #[cfg(test)]
+    fn parse(mut packed: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        while !packed.is_empty() {
+            let (key, value, end) = entry(packed, 0);
+            out.push((
+                String::from_utf8(key.to_vec()).expect("a key is UTF-8"),
+                value.map(<[u8]>::to_vec),
+            ));
+            packed = &packed[end..];
+        }
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::collections::BTreeMap;
+
+        use proptest::prelude::*;
+
+        use super::{parse, Writes};
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Set(u8, Vec<u8>),
+            Delete(u8),
+            /// The host took a write of the key itself (a value over the limit, say).
+            Direct(u8, Option<Vec<u8>>),
+            /// A key listing: what is not sent goes to the host; the call goes on.
+            Send,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0u8..6, proptest::collection::vec(any::<u8>(), 0..5))
+                    .prop_map(|(k, v)| Op::Set(k, v)),
+                1 => (0u8..6).prop_map(Op::Delete),
+                1 => (0u8..6, proptest::option::of(proptest::collection::vec(any::<u8>(), 0..3)))
+                    .prop_map(|(k, v)| Op::Direct(k, v)),
+                1 => Just(Op::Send),
+            ]
+        }
+
+        fn key(k: u8) -> String {
+            // Keys of different lengths, one empty.
+            "k".repeat(k as usize)
+        }
+
+        proptest! {
+            /// Whatever a call does, a read answers the call's latest write of a key (none:
+            /// ask the host), and the host, applying what it was sent in order, holds what
+            /// the stage wrote: each key's last value, never a write taken back.
+            #[test]
+            fn reads_and_what_the_host_gets_follow_the_writes(ops in proptest::collection::vec(op(), 0..40)) {
+                let mut w = Writes::default();
+                // What the call wrote and the host does not hold yet / what the host holds.
+                let mut call: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+                let mut host: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+                // What the stage did, in order: what the host must hold in the end.
+                let mut truth: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+                let mut sent = 0;
+                let send = |w: &mut Writes, host: &mut BTreeMap<String, Option<Vec<u8>>>, sent: &mut usize| {
+                    let packed = w.unsent().into_owned();
+                    let writes = parse(&packed);
+                    // Each key once at most: the earlier writes of a key are not sent.
+                    let mut keys: Vec<&String> = writes.iter().map(|(k, _)| k).collect();
+                    keys.sort();
+                    keys.dedup();
+                    assert_eq!(keys.len(), writes.len(), "a key sent twice in {writes:?}");
+                    *sent += writes.len();
+                    host.extend(writes);
+                    w.mark_sent();
+                };
+                for op in ops {
+                    match op {
+                        Op::Set(k, v) => {
+                            w.write(&key(k), Some(&v));
+                            call.insert(key(k), Some(v.clone()));
+                            truth.insert(key(k), Some(v));
+                        }
+                        Op::Delete(k) => {
+                            w.write(&key(k), None);
+                            call.insert(key(k), None);
+                            truth.insert(key(k), None);
+                        }
+                        Op::Direct(k, v) => {
+                            host.insert(key(k), v.clone());
+                            truth.insert(key(k), v);
+                            w.forget(&key(k));
+                            call.remove(&key(k));
+                        }
+                        Op::Send => {
+                            send(&mut w, &mut host, &mut sent);
+                            // Sent writes stay readable in the call.
+                        }
+                    }
+                    for k in 0..6 {
+                        prop_assert_eq!(w.get(&key(k)), call.get(&key(k)).cloned());
+                    }
+                }
+                send(&mut w, &mut host, &mut sent);
+                // The host holds each key's last write, the call's or its own direct one.
+                prop_assert_eq!(&host, &truth);
+                w.clear();
+                prop_assert!(!w.has_unsent());
+                prop_assert_eq!(w.get(&key(1)), None);
+            }
+        }
+    }
+}
+
+/// A call's writes are kept here, in the guest, packed one after another in one buffer per
+/// bucket, and reach the host in one `write-packed` per bucket when the call returns (or
+/// before a key listing): the host keeps a call's writes only when it returns anyway, so a
+/// stage sees the same state with one host call per call instead of one per write, and no
+/// allocation per write on either side. A read of a key the call wrote is answered here.
 /// A call that traps leaves its writes here, and the next call drops them, as the host does.
 #[cfg(target_arch = "wasm32")]
 mod host {
     use std::cell::{Cell, RefCell};
-    use std::collections::HashMap;
     use std::rc::Rc;
 
-    use crate::__private::bindings::wasi::keyvalue::{batch, store};
+    use super::packed::Writes;
+    use crate::__private::bindings::wasi::keyvalue::store;
     use crate::__private::bindings::weir::stage::state_limits;
     pub use store::{open as open_raw, Bucket};
 
@@ -224,41 +468,12 @@ mod host {
         id: usize,
     }
 
-    /// A key's value as the call in progress wrote it; `dirty`: not sent to the host yet.
-    struct Value {
-        value: Option<Vec<u8>>,
-        dirty: bool,
-    }
-
-    /// FNV-1a: the map holds at most a call's keys (a batch's), so a keyed hash buys nothing.
-    #[derive(Default, Clone, Copy)]
-    struct Fnv(u64);
-
-    impl std::hash::Hasher for Fnv {
-        fn write(&mut self, bytes: &[u8]) {
-            let mut h = if self.0 == 0 {
-                0xcbf2_9ce4_8422_2325
-            } else {
-                self.0
-            };
-            for b in bytes {
-                h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-            }
-            self.0 = h;
-        }
-        fn finish(&self) -> u64 {
-            self.0
-        }
-    }
-
-    type Map = HashMap<String, Value, std::hash::BuildHasherDefault<Fnv>>;
-
     thread_local! {
         /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
         /// here, not two host calls (open and drop).
         static OPEN: RefCell<Vec<(String, Rc<Bucket>)>> = const { RefCell::new(Vec::new()) };
-        /// Per open bucket, the keys the call in progress wrote.
-        static CALL: RefCell<Vec<Map>> = const { RefCell::new(Vec::new()) };
+        /// Per open bucket, the writes of the call in progress.
+        static CALL: RefCell<Vec<Writes>> = const { RefCell::new(Vec::new()) };
         /// `state.max_value`, asked once.
         static MAX_VALUE: Cell<Option<u64>> = const { Cell::new(None) };
         /// A call (`process`, `process-batch`) is in progress: writes wait here.
@@ -280,7 +495,7 @@ mod host {
             o.push((name.to_owned(), bucket.clone()));
             o.len() - 1
         });
-        CALL.with_borrow_mut(|c| c.resize_with(id + 1, Map::default));
+        CALL.with_borrow_mut(|c| c.resize_with(id + 1, Writes::default));
         Ok(Open { bucket, id })
     }
 
@@ -293,11 +508,11 @@ mod host {
     }
 
     pub fn get(b: &Open, key: &str) -> Result<Option<Vec<u8>>, super::Error> {
-        if let Some(v) = CALL.with_borrow(|c| c[b.id].get(key).map(|v| v.value.clone())) {
+        if let Some(v) = CALL.with_borrow(|c| c[b.id].get(key)) {
             return Ok(v);
         }
-        // Not kept: a key read and not written costs a host call per read, as without the
-        // map (keeping every read cost more than it saved when keys do not repeat in a call).
+        // Not kept: a key read and not written costs a host call per read (keeping every
+        // read cost more than it saved when keys do not repeat in a call).
         b.bucket.get(key).map_err(error)
     }
 
@@ -305,7 +520,7 @@ mod host {
         if !IN_CALL.get() || value.len() as u64 > max_value() {
             return direct(b, key, Some(value));
         }
-        write(b, key, Some(value));
+        CALL.with_borrow_mut(|c| c[b.id].write(key, Some(value)));
         Ok(())
     }
 
@@ -313,7 +528,7 @@ mod host {
         if !IN_CALL.get() {
             return direct(b, key, None);
         }
-        write(b, key, None);
+        CALL.with_borrow_mut(|c| c[b.id].write(key, None));
         Ok(())
     }
 
@@ -327,24 +542,8 @@ mod host {
             None => b.bucket.delete(key),
         }
         .map_err(error)?;
-        CALL.with_borrow_mut(|c| c[b.id].remove(key));
+        CALL.with_borrow_mut(|c| c[b.id].forget(key));
         Ok(())
-    }
-
-    /// Keeps a write for when the call returns.
-    fn write(b: &Open, key: &str, value: Option<&[u8]>) {
-        CALL.with_borrow_mut(|c| {
-            let value = value.map(<[u8]>::to_vec);
-            match c[b.id].get_mut(key) {
-                Some(v) => {
-                    v.value = value;
-                    v.dirty = true;
-                }
-                None => {
-                    c[b.id].insert(key.to_owned(), Value { value, dirty: true });
-                }
-            }
-        });
     }
 
     pub fn set_many(b: &Open, pairs: &[(&str, &[u8])]) -> Result<(), super::Error> {
@@ -354,17 +553,16 @@ mod host {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
                 .collect();
-            batch::set_many(&b.bucket, &owned).map_err(error)?;
-            CALL.with_borrow_mut(|c| {
-                for (k, _) in pairs {
-                    c[b.id].remove(*k);
-                }
-            });
+            crate::__private::bindings::wasi::keyvalue::batch::set_many(&b.bucket, &owned)
+                .map_err(error)?;
+            CALL.with_borrow_mut(|c| pairs.iter().for_each(|(k, _)| c[b.id].forget(k)));
             return Ok(());
         }
-        for (k, v) in pairs {
-            write(b, k, Some(v));
-        }
+        CALL.with_borrow_mut(|c| {
+            for (k, v) in pairs {
+                c[b.id].write(k, Some(v));
+            }
+        });
         Ok(())
     }
 
@@ -380,37 +578,25 @@ mod host {
             .map_err(error)
     }
 
-    /// Sends the call's writes to the host (each key's last): `forget`, the call returns and
-    /// its map is emptied (moved out, not copied); otherwise the written values stay, sent,
-    /// for the call's later reads.
+    /// Sends the call's writes not sent yet to the host (each key's last) in one
+    /// `write-packed` per bucket: `forget`, the call returns and they are emptied; otherwise
+    /// they stay, sent, for the call's later reads.
     fn send_writes(forget: bool) -> Result<(), String> {
         let buckets = OPEN.with_borrow(|o| o.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>());
         for (id, bucket) in buckets.iter().enumerate() {
-            let (sets, deletes) = CALL.with_borrow_mut(|c| {
-                let mut sets: Vec<(String, Vec<u8>)> = Vec::new();
-                let mut deletes: Vec<String> = Vec::new();
-                let mut add = |k: String, v: Option<Vec<u8>>| match v {
-                    Some(v) => sets.push((k, v)),
-                    None => deletes.push(k),
-                };
-                if forget {
-                    for (k, v) in c[id].drain().filter(|(_, v)| v.dirty) {
-                        add(k, v.value);
-                    }
-                } else {
-                    for (k, v) in c[id].iter_mut().filter(|(_, v)| v.dirty) {
-                        v.dirty = false;
-                        add(k.clone(), v.value.clone());
-                    }
+            CALL.with_borrow_mut(|c| {
+                let w = &mut c[id];
+                if w.has_unsent() {
+                    state_limits::write_packed(bucket, &w.unsent())
+                        .map_err(|e| error(e).to_string())?;
                 }
-                (sets, deletes)
-            });
-            if !sets.is_empty() {
-                batch::set_many(bucket, &sets).map_err(|e| error(e).to_string())?;
-            }
-            if !deletes.is_empty() {
-                batch::delete_many(bucket, &deletes).map_err(|e| error(e).to_string())?;
-            }
+                if forget {
+                    w.clear();
+                } else {
+                    w.mark_sent();
+                }
+                Ok::<_, String>(())
+            })?;
         }
         Ok(())
     }
@@ -423,7 +609,7 @@ mod host {
                 panic!("weir: the call's state writes could not be sent: {e}");
             }
         }
-        CALL.with_borrow_mut(|c| c.iter_mut().for_each(Map::clear));
+        CALL.with_borrow_mut(|c| c.iter_mut().for_each(Writes::clear));
         IN_CALL.set(!send);
     }
 
