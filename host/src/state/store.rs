@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
@@ -72,11 +73,21 @@ pub struct StageStore {
     readers: std::sync::Mutex<HashMap<PartitionKey, HashMap<String, Reader>>>,
     /// Whether every commit is synced to disk. A store that is a cache of its changelog
     /// needs no sync per commit: after a crash it has an older consistent state (data and
-    /// checkpoint together) and the restore catches it up. It is synced when dropped.
+    /// checkpoint together) and the restore catches it up. It syncs a commit every
+    /// `sync_every`, and when dropped.
     durable: std::sync::atomic::AtomicBool,
     /// Where the changelog's records landed (when the store is a cache of one).
     acks: std::sync::OnceLock<std::sync::Arc<crate::sink::ChangelogAcks>>,
+    /// A store that is a cache of its changelog syncs its first commit this long after its
+    /// last synced one, so a crash costs the restore at most about this much of the
+    /// changelog to read again (not everything since the process started).
+    sync_every: Duration,
+    /// When a commit was last synced.
+    synced: std::sync::Mutex<Instant>,
 }
+
+/// How often a store that is a cache of its changelog syncs a commit.
+pub const SYNC_EVERY: Duration = Duration::from_secs(60);
 
 fn table_name(bucket: &str, key: &PartitionKey) -> String {
     format!("{bucket}@{}:{}", key.topic, key.partition)
@@ -113,6 +124,8 @@ impl StageStore {
             readers: Default::default(),
             durable: std::sync::atomic::AtomicBool::new(true),
             acks: Default::default(),
+            sync_every: SYNC_EVERY,
+            synced: std::sync::Mutex::new(Instant::now()),
         })
     }
 
@@ -134,11 +147,23 @@ impl StageStore {
         !self.durable.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// A store that is a cache of its changelog syncs a commit every `every` (and when it
+    /// is dropped) instead of [`SYNC_EVERY`].
+    pub fn set_sync_every(&mut self, every: Duration) {
+        self.sync_every = every;
+    }
+
     fn begin_write(&self) -> Result<redb::WriteTransaction, StoreError> {
         let mut w = self.db.begin_write().map_err(|e| self.io(e))?;
         if !self.durable.load(std::sync::atomic::Ordering::Relaxed) {
-            w.set_durability(redb::Durability::None)
-                .map_err(|e| self.io(e))?;
+            let mut synced = self.synced.lock().unwrap_or_else(|p| p.into_inner());
+            if synced.elapsed() < self.sync_every {
+                w.set_durability(redb::Durability::None)
+                    .map_err(|e| self.io(e))?;
+            } else {
+                // This one is synced, and with it every unsynced commit before it.
+                *synced = Instant::now();
+            }
         }
         Ok(w)
     }
@@ -346,5 +371,78 @@ impl Drop for StageStore {
         if let Err(e) = synced {
             tracing::warn!(stage = %self.stage, "state store not synced at close: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Checkpoint, StageStore};
+    use crate::source::PartitionKey;
+
+    /// Set in the child process of [`a_store_of_a_changelog_syncs_a_commit_a_while_after_the_last`]:
+    /// the state dir and the sync interval in ms.
+    const CHILD: &str = "WEIR_TEST_STORE_CHILD";
+
+    /// In a child process: two commits to a changelog's store (the second `every` after the
+    /// first) then an abort, as `kill -9` would end it: nothing is synced at a drop.
+    fn commit_twice_and_crash(dir: &str, every: Duration) -> ! {
+        let mut store = StageStore::open(std::path::Path::new(dir), "s").expect("opens");
+        store.set_sync_every(every);
+        store.set_cache_of_changelog(Default::default());
+        let part = PartitionKey::new("in", 0);
+        for n in [1i64, 2] {
+            if n == 2 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            let cp = Checkpoint {
+                source_next: Some(n),
+                ..Checkpoint::default()
+            };
+            let v = n.to_string();
+            store
+                .apply(&part, &[("b", "k", Some(v.as_bytes()))], &cp)
+                .expect("commits");
+        }
+        std::process::abort();
+    }
+
+    /// What a store left by a crashed child holds: the checkpoint's source offset and `k`.
+    fn after_crash(every: Duration) -> (Option<i64>, Option<Vec<u8>>) {
+        let dir = tempfile::tempdir().expect("dir");
+        let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "state::store::tests::a_store_of_a_changelog_syncs_a_commit_a_while_after_the_last",
+                "--nocapture",
+            ])
+            .env(
+                CHILD,
+                format!("{}|{}", dir.path().display(), every.as_millis()),
+            )
+            .status()
+            .expect("the child runs");
+        assert!(!status.success(), "the child was to abort: {status}");
+        let store = StageStore::open(dir.path(), "s").expect("reopens");
+        let part = PartitionKey::new("in", 0);
+        let cp = store.checkpoint(&part).expect("checkpoint");
+        let v = store.get(&part, "b", "k").expect("reads");
+        (cp.source_next, v)
+    }
+
+    #[test]
+    fn a_store_of_a_changelog_syncs_a_commit_a_while_after_the_last() {
+        if let Ok(child) = std::env::var(CHILD) {
+            let (dir, ms) = child.split_once('|').expect("dir|ms");
+            commit_twice_and_crash(dir, Duration::from_millis(ms.parse().expect("ms")));
+        }
+        // Never synced (the interval is longer than the run): the crash lost both commits.
+        assert_eq!(after_crash(Duration::from_secs(3600)), (None, None));
+        // The second commit came 300 ms after the store opened, past the 100 ms interval:
+        // it was synced, with the data and the checkpoint together.
+        let (next, v) = after_crash(Duration::from_millis(100));
+        assert_eq!(next, Some(2));
+        assert_eq!(v.as_deref(), Some(&b"2"[..]));
     }
 }
