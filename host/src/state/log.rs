@@ -261,14 +261,14 @@ impl Log {
         let n = self.kept().take_while(|e| e.tag < next).count();
         let end = self.base + n as u64;
         let first = self.base;
-        let drained: Vec<Entry> = self.entries.drain(..n).collect();
-        self.base = end;
-        let last: Vec<&Entry> = drained.iter().filter(|e| e.last_before(end)).collect();
-        let applied = apply(&last);
-        for (i, e) in drained.into_iter().enumerate() {
-            if !e.last_before(end) {
-                continue;
-            }
+        // Each key's last write, by its place in the log (the drained writes are looked at
+        // where they are, not moved out first: a flush drains up to `FLUSH_WRITES` of them).
+        let last: Vec<usize> = (0..n)
+            .filter(|&i| self.entries[i].last_before(end))
+            .collect();
+        let applied = apply(&last.iter().map(|&i| &self.entries[i]).collect::<Vec<_>>());
+        for i in last {
+            let e = &self.entries[i];
             let seq = first + i as u64;
             let Some(l) = self.map.get_mut(&SlotRef::of(&e.slot)) else {
                 continue;
@@ -278,12 +278,14 @@ impl Log {
                 continue;
             }
             if applied.is_ok() && self.stored < cap {
-                *l = Latest::Stored(e.value);
+                *l = Latest::Stored(e.value.clone());
                 self.stored += 1;
             } else {
                 self.map.remove(&SlotRef::of(&e.slot));
             }
         }
+        self.entries.drain(..n);
+        self.base = end;
         applied
     }
 
