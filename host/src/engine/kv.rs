@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker, Resource, WasmList, WasmStr};
 use wasmtime::StoreContextMut;
+use weir_abi::ABSENT;
 
 use super::bindings::wasi::keyvalue::{atomics, batch, store};
 use super::bindings::weir::stage::state_limits;
@@ -151,7 +152,7 @@ impl Kv {
     }
 
     /// A `write-packed` list's writes to `bucket` (`key-len:u32 value-len:u32 key value`,
-    /// little-endian, [`ABSENT`] deletes), every key UTF-8 and every value within
+    /// little-endian, a value length of [`ABSENT`] deletes: the packed formats' absent), every key UTF-8 and every value within
     /// `state.max_value`; otherwise what is wrong, and none of them.
     fn unpack(
         &self,
@@ -274,9 +275,6 @@ fn add_borrowing(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
     )?;
     Ok(())
 }
-
-/// A `write-packed` value length that deletes the key.
-const ABSENT: u32 = u32::MAX;
 
 /// `set-many` of pairs in the guest's memory: all or nothing (every value is checked against
 /// `state.max_value` before any is written). A key that is not UTF-8 traps, as a lifted
@@ -537,8 +535,9 @@ impl batch::Host for StageState {
 mod tests {
     use std::sync::Arc;
 
-    use super::{Kv, KvError, ABSENT};
+    use super::{Kv, KvError};
     use crate::state::{decode, StateSpec};
+    use weir_abi::ABSENT;
 
     fn kv(max_value: usize) -> Kv {
         Kv::new(

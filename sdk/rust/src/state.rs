@@ -209,8 +209,8 @@ impl Bucket {
 pub(crate) mod packed {
     use std::hash::BuildHasher;
 
-    /// A value length that says "deleted" (the packed formats' ABSENT).
-    const ABSENT: u32 = u32::MAX;
+    // A value length of ABSENT deletes (as the batch format's absent values).
+    use weir_abi::ABSENT;
 
     /// The call's writes to one bucket: `buf` holds them in order as `write-packed` takes
     /// them (`key-len:u32 value-len:u32 key value`), `index` the offset of each key's latest.
