@@ -734,3 +734,58 @@ fn values_past_the_ttl_are_deleted_from_the_store_not_only_hidden() {
         "the expired keys are gone from the store"
     );
 }
+
+#[test]
+fn a_canary_candidate_and_the_live_version_count_in_one_state_exactly_once() {
+    // Half the keys go to the candidate, half to the live version, in every batch: each
+    // instance keeps the values it read between its calls (the Rust SDK's read cache), and
+    // the other's writes in between must make it forget them, or a count is lost.
+    let s = scratch!();
+    let words = ["x", "y", "z"];
+    let input: Vec<Value> = (0..900)
+        .map(|i| json!({"key": format!("k{}", i % 7), "value": words[(i * 7 / 5) % 3]}))
+        .collect();
+    s.jsonl("in.jsonl", &input);
+    let mut stage = stateful(
+        "m",
+        MISBEHAVE,
+        "{ buckets: [counts] }",
+        &[("count_in", "counts")],
+    );
+    stage.push_str(&format!(
+        "    rollout:\n      mode: canary\n      by: key\n      share: 50%\n      candidate: {MISBEHAVE}\n      observe: 1000000 messages\n      rollback_when: {{ reject_rate: off }}\n"
+    ));
+    jsonl_pipeline(&s, &stage);
+    let yaml = std::fs::read_to_string(s.path("p.yaml")).unwrap();
+    // Small batches: many calls of each instance, the other's in between.
+    s.write("p.yaml", &format!("{yaml}batch: {{ max_messages: 64 }}\n"));
+    run_ok(&s);
+    let report = s.report();
+    assert_eq!(report["rollouts"][0]["mode"], "canary", "{report}");
+    let out = s.run(&["state", "list", "p.yaml", "--stage", "m"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counted: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                v["int"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let mut expected = BTreeMap::from([("seen".to_owned(), input.len() as i64)]);
+    for m in &input {
+        *expected
+            .entry(m["value"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        counted, expected,
+        "every message counted once, by whichever version"
+    );
+}

@@ -652,7 +652,11 @@ fn instantiate(
             spec.name.clone(),
             spec.memory,
             &spec.grants,
-            super::kv::Kv::new(spec.state.as_ref().map(|s| s.spec.clone()), throwaway),
+            super::kv::Kv::new(
+                spec.state.as_ref().map(|s| s.spec.clone()),
+                throwaway,
+                spec.memory,
+            ),
         )
         .map_err(|reason| InstanceError::Instantiate {
             stage: stage.clone(),

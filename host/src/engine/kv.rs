@@ -5,6 +5,8 @@
 //! trap drops the store and with it the call's writes. Reads see the call's own writes
 //! first, then the partition's.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker, Resource, WasmList, WasmStr};
@@ -15,8 +17,12 @@ use super::bindings::wasi::keyvalue::{atomics, batch, store};
 use super::bindings::weir::stage::state_limits;
 use super::bindings::{KeyResponse, KvError};
 use super::StageState;
+use crate::source::PartitionKey;
 use crate::state::log::{Slot, SlotMap, SlotRef};
 use crate::state::{encode_shared, now_ms, Encoded, PartitionState, StateSpec};
+
+/// The next cache epoch handed to a guest (`cache-epoch`): never one handed before, never 0.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The host's side of a guest `bucket`: which of the stage's buckets.
 #[derive(Debug)]
@@ -48,14 +54,38 @@ pub struct Kv {
     throwaway: bool,
     /// The write time of the call in progress (ms since the epoch; one clock read per call).
     now: i64,
+    /// Per partition, the cache epoch last handed to the guest (`cache-epoch`).
+    epochs: HashMap<PartitionKey, CacheEpoch>,
+    /// The call in progress was handed its partition's cache epoch.
+    asked: bool,
+    /// What the guest may keep between calls, bytes of keys and values.
+    keep_bytes: u64,
 }
 
+/// What the guest was told it may keep of a partition between its calls, and while what
+/// holds.
+#[derive(Debug, Clone, Copy)]
+struct CacheEpoch {
+    /// The partition state it was handed for ([`PartitionState::uid`]).
+    uid: u64,
+    /// The state's [`PartitionState::version`] that the guest's kept values are (moved on
+    /// with the instance's own calls as they return; [`STALE`] when something else may have
+    /// changed them).
+    version: u64,
+    epoch: u64,
+}
+
+/// A [`CacheEpoch::version`] no state has.
+const STALE: u64 = u64::MAX;
+
 impl Kv {
-    /// Access for a stage with this state (none: `open` answers `access-denied`).
-    pub fn new(spec: Option<Arc<StateSpec>>, throwaway: bool) -> Self {
+    /// Access for a stage with this state (none: `open` answers `access-denied`), whose
+    /// instances may hold `memory` bytes.
+    pub fn new(spec: Option<Arc<StateSpec>>, throwaway: bool, memory: usize) -> Self {
         Kv {
             spec,
             throwaway,
+            keep_bytes: memory as u64 / 8,
             ..Kv::default()
         }
     }
@@ -71,6 +101,11 @@ impl Kv {
 
     /// A call on `part`'s messages begins.
     pub fn begin_call(&mut self, part: Option<Arc<PartitionState>>) {
+        if std::mem::take(&mut self.asked) {
+            // The last call was handed an epoch and did not return ([`Self::end_call`]): its
+            // writes, which the guest kept, were dropped.
+            self.stale_epoch();
+        }
         self.part = part;
         self.now = now_ms();
         if !self.throwaway {
@@ -90,10 +125,65 @@ impl Kv {
         self.latest.clear();
         self.indexed = 0;
         let writes = std::mem::take(&mut self.writes);
-        if let Some(p) = &self.part {
-            if !writes.is_empty() {
-                p.add_call(first, tag, writes);
+        let asked = std::mem::take(&mut self.asked);
+        let Some(p) = &self.part else { return };
+        let (before, after) = if !writes.is_empty() {
+            p.add_call(first, tag, writes)
+        } else if asked {
+            let v = p.version();
+            (v, v)
+        } else {
+            return;
+        };
+        if asked {
+            // The guest's kept values are the state after its own writes, if nothing else
+            // changed it since the epoch was handed.
+            if let Some(e) = self.epochs.get_mut(&p.key) {
+                e.version = if e.uid == p.uid() && e.version == before {
+                    after
+                } else {
+                    STALE
+                };
             }
+        }
+    }
+
+    /// `cache-epoch`: what the guest may keep of the call's partition between calls. The
+    /// same epoch as last time while the state's values changed only by this instance's own
+    /// calls that returned; otherwise a new one, and the one it replaces. Nothing (0) for a
+    /// throw-away instance (its writes are dropped after each batch), a stage with a TTL
+    /// (values expire as time passes) or outside a call.
+    fn cache_epoch(&mut self) -> (u64, u64) {
+        let ttl = self.spec.as_ref().is_none_or(|s| s.ttl.is_some());
+        let Some(p) = self.part.as_ref().filter(|_| !self.throwaway && !ttl) else {
+            return (0, 0);
+        };
+        self.asked = true;
+        let (uid, version) = (p.uid(), p.version());
+        let fresh = || CacheEpoch {
+            uid,
+            version,
+            epoch: NEXT_EPOCH.fetch_add(1, Ordering::Relaxed),
+        };
+        match self.epochs.get_mut(&p.key) {
+            Some(e) if e.uid == uid && e.version == version => (e.epoch, 0),
+            Some(e) => {
+                let old = e.epoch;
+                *e = fresh();
+                (e.epoch, old)
+            }
+            None => {
+                let e = fresh();
+                self.epochs.insert(p.key.clone(), e);
+                (e.epoch, 0)
+            }
+        }
+    }
+
+    /// The call's partition's epoch is no longer what the guest kept.
+    fn stale_epoch(&mut self) {
+        if let Some(e) = self.part.as_ref().and_then(|p| self.epochs.get_mut(&p.key)) {
+            e.version = STALE;
         }
     }
 
@@ -307,6 +397,15 @@ fn set_many_borrowed(
 impl state_limits::Host for StageState {
     fn max_value(&mut self) -> u64 {
         self.kv.spec.as_ref().map_or(0, |s| s.max_value as u64)
+    }
+
+    fn cache_epoch(&mut self) -> state_limits::Epoch {
+        let (current, replaces) = self.kv.cache_epoch();
+        state_limits::Epoch {
+            current,
+            replaces,
+            keep_bytes: self.kv.keep_bytes,
+        }
     }
 
     fn write_packed(&mut self, b: Resource<BucketHandle>, packed: Vec<u8>) -> Result<(), KvError> {
@@ -549,6 +648,7 @@ mod tests {
                 changelogs: vec!["p.s.b.changelog".into()],
             })),
             false,
+            64 << 20,
         )
     }
 

@@ -16,6 +16,7 @@ pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,6 +30,9 @@ use crate::source::PartitionKey;
 const CACHE_ENTRIES: usize = 100_000;
 /// Keys per `list-keys` page.
 pub const PAGE: usize = 1000;
+
+/// The next [`PartitionState::uid`].
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
 /// A stage's `state` block, as the host uses it.
 #[derive(Debug, Clone)]
@@ -142,6 +146,9 @@ pub struct PartitionState {
     /// The assignment generation that opened it (a detached state: the generation of the run
     /// that made it).
     generation: u64,
+    /// This state's number among all the process opened (a partition assigned again, or a
+    /// detached state, gets a new one).
+    uid: u64,
     spec: Arc<StateSpec>,
     store: Arc<StageStore>,
     /// Exactly-once: the changelog gets each key's last write per transaction, taken
@@ -167,6 +174,8 @@ struct Inner {
     flushed: Option<std::time::Instant>,
     /// A commit came since the store last took the committed writes.
     dirty: bool,
+    /// Counts the changes to the values a read sees ([`PartitionState::version`]).
+    version: u64,
 }
 
 impl Drop for PartitionState {
@@ -192,6 +201,21 @@ impl PartitionState {
     /// The stage's spec.
     pub fn spec(&self) -> &StateSpec {
         &self.spec
+    }
+
+    /// This state's number among all the process opened: a partition assigned again (or a
+    /// run's detached state) has another.
+    pub fn uid(&self) -> u64 {
+        self.uid
+    }
+
+    /// A number that changes whenever a value a read sees may have changed: a call's writes
+    /// ([`Self::add_call`] says which number they made), a run rolled back, a TTL sweep's
+    /// deletes, a restore, a store that lost a flush. While it stays the same, every value
+    /// is what the last read of it (or the last write) said. (An instance keeps reads
+    /// between its calls by it: [`crate::engine::kv`].)
+    pub fn version(&self) -> u64 {
+        self.lock().version
     }
 
     /// The value of `slot` (the stage's bytes), as the next message sees it.
@@ -254,6 +278,9 @@ impl PartitionState {
             let wait = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
             g.next_sweep = Some(now + wait);
         }
+        if expired > 0 {
+            g.version += 1;
+        }
         Ok(expired)
     }
 
@@ -308,17 +335,23 @@ impl PartitionState {
     }
 
     /// A call that returned, on messages `first..=tag`: its writes join the chain run in
-    /// progress.
+    /// progress. Returns the [`Self::version`] before and after them.
     pub fn add_call(
         &self,
         first: i64,
         tag: i64,
         writes: impl IntoIterator<Item = (Slot, Option<Encoded>)>,
-    ) {
+    ) -> (u64, u64) {
         let mut g = self.lock();
+        let before = g.version;
+        let end = g.log.end();
         for (slot, value) in writes {
             g.log.push(Entry::new(first, tag, slot, value));
         }
+        if g.log.end() > end {
+            g.version += 1;
+        }
+        (before, g.version)
     }
 
     /// The offset at or below `next` that a commit may take without splitting a call whose
@@ -347,8 +380,9 @@ impl PartitionState {
                 changes.extend(g.log.run_latest().map(|e| self.change_record(e)));
             }
             g.log.keep_run();
-        } else {
+        } else if !g.log.run_is_empty() {
             g.log.drop_run();
+            g.version += 1;
         }
     }
 
@@ -437,6 +471,7 @@ impl PartitionState {
             }
         }
         g.log.forget_stored();
+        g.version += 1;
         Ok(done)
     }
 
@@ -503,9 +538,12 @@ impl PartitionState {
             return Ok(());
         };
         let Inner {
-            log, checkpoint, ..
+            log,
+            checkpoint,
+            version,
+            ..
         } = g;
-        log.drain_below(next, CACHE_ENTRIES, |last| {
+        let drained = log.drain_below(next, CACHE_ENTRIES, |last| {
             let changes: Vec<store::Change<'_>> = last
                 .iter()
                 .map(|e| {
@@ -517,7 +555,12 @@ impl PartitionState {
                 })
                 .collect();
             self.store.apply(&self.key, &changes, checkpoint)
-        })
+        });
+        if drained.is_err() {
+            // The drained writes are in neither the log nor the store.
+            *version += 1;
+        }
+        drained
     }
 
     /// Writes not yet in the store (kept and in progress).
@@ -588,6 +631,7 @@ impl StageBuckets {
         Ok(Arc::new(PartitionState {
             key: key.clone(),
             generation,
+            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             spec: self.spec.clone(),
             store: self.store.clone(),
             per_transaction: self

@@ -446,6 +446,274 @@ pub(crate) mod packed {
     }
 }
 
+/// The values an instance read or wrote, kept between its calls while the host says they
+/// are still the values (its `cache-epoch`): a stage that reads a key again reads it here,
+/// without a host call (plain Rust, so it is tested natively too).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(crate) mod kept {
+    /// One bucket's kept values (none: the key has no value).
+    type Values = hashbrown::HashMap<Box<str>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+
+    /// What the host says of a call's partition (`cache-epoch`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct Epoch {
+        /// The values kept under it are still the values (0: keep nothing beyond the call).
+        pub current: u64,
+        /// The values kept under it are stale (0: none).
+        pub replaces: u64,
+        /// The most bytes of keys and values to keep.
+        pub keep_bytes: u64,
+    }
+
+    /// Bytes a kept value counts for besides its key and value (the map's slot and the two
+    /// allocations, roughly).
+    const OVERHEAD: usize = 48;
+
+    /// Per epoch (one per partition the instance has seen) and bucket, the values kept.
+    #[derive(Default)]
+    pub(crate) struct Kept {
+        /// The call's epoch (none: not asked yet in this call).
+        call: Option<Epoch>,
+        epochs: Vec<(u64, Vec<Values>)>,
+        /// Bytes kept, counted as [`OVERHEAD`] plus key and value per value.
+        bytes: usize,
+    }
+
+    fn size(key: &str, value: &Option<Vec<u8>>) -> usize {
+        OVERHEAD + key.len() + value.as_ref().map_or(0, Vec::len)
+    }
+
+    impl Kept {
+        /// A call begins: its epoch is asked at its first read or write.
+        pub(crate) fn begin_call(&mut self) {
+            self.call = None;
+        }
+
+        /// The call's values of `bucket`, asking the host for the call's epoch (`ask`) first
+        /// when the call has not yet; none when nothing is kept.
+        fn values(&mut self, bucket: usize, ask: impl FnOnce() -> Epoch) -> Option<&mut Values> {
+            let e = match self.call {
+                Some(e) => e,
+                None => {
+                    let e = ask();
+                    if e.replaces != 0 {
+                        self.forget(e.replaces);
+                    }
+                    self.call = Some(e);
+                    e
+                }
+            };
+            if e.current == 0 {
+                return None;
+            }
+            let at = match self.epochs.iter().position(|(n, _)| *n == e.current) {
+                Some(at) => at,
+                None => {
+                    self.epochs.push((e.current, Vec::new()));
+                    self.epochs.len() - 1
+                }
+            };
+            let buckets = &mut self.epochs[at].1;
+            if buckets.len() <= bucket {
+                buckets.resize_with(bucket + 1, Values::default);
+            }
+            Some(&mut buckets[bucket])
+        }
+
+        /// Forgets what was kept under `epoch`.
+        fn forget(&mut self, epoch: u64) {
+            if let Some(at) = self.epochs.iter().position(|(n, _)| *n == epoch) {
+                let (_, buckets) = self.epochs.swap_remove(at);
+                let gone: usize = buckets
+                    .iter()
+                    .flat_map(|b| b.iter())
+                    .map(|(k, v)| size(k, v))
+                    .sum();
+                self.bytes -= gone;
+            }
+        }
+
+        /// The kept value of `key` (none: not kept; `Some(None)`: kept as absent).
+        pub(crate) fn get(
+            &mut self,
+            bucket: usize,
+            key: &str,
+            ask: impl FnOnce() -> Epoch,
+        ) -> Option<Option<Vec<u8>>> {
+            self.values(bucket, ask)?.get(key).cloned()
+        }
+
+        /// `key`'s value is `value` now (read from the host, or written by the call). When
+        /// more than the epoch's `keep_bytes` are kept, everything kept is forgotten first.
+        pub(crate) fn put(
+            &mut self,
+            bucket: usize,
+            key: &str,
+            value: Option<&[u8]>,
+            ask: impl FnOnce() -> Epoch,
+        ) {
+            let Some(values) = self.values(bucket, ask) else {
+                return;
+            };
+            let added = if let Some(v) = values.get_mut(key) {
+                let before = v.as_ref().map_or(0, Vec::len);
+                match (v.as_mut(), value) {
+                    (Some(old), Some(new)) => {
+                        old.clear();
+                        old.extend_from_slice(new);
+                    }
+                    (_, new) => *v = new.map(<[u8]>::to_vec),
+                }
+                value.map_or(0, <[u8]>::len) as isize - before as isize
+            } else {
+                let v = value.map(<[u8]>::to_vec);
+                let n = size(key, &v);
+                values.insert(key.into(), v);
+                n as isize
+            };
+            self.bytes = self.bytes.saturating_add_signed(added);
+            let limit = self.call.map_or(0, |e| e.keep_bytes) as usize;
+            if self.bytes > limit {
+                // Start over (the call's writes are still in its packed buffer: a read that
+                // finds nothing here looks there before it asks the host).
+                self.epochs.clear();
+                self.bytes = 0;
+            }
+        }
+
+        /// Bytes kept.
+        #[cfg(test)]
+        pub(crate) fn bytes(&self) -> usize {
+            self.bytes
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use std::collections::BTreeMap;
+
+        use proptest::prelude::*;
+
+        use super::{Epoch, Kept};
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            /// A call begins on partition `p` (0..3).
+            Call(u8),
+            /// The call reads `k` in bucket `b`.
+            Read(u8, u8),
+            /// The call writes (or deletes) `k` in bucket `b`.
+            Write(u8, u8, Option<Vec<u8>>),
+            /// Something other than this instance changes partition `p`'s value of `k`.
+            Other(u8, u8, u8, Option<Vec<u8>>),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            let value = proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40));
+            prop_oneof![
+                1 => (0u8..3).prop_map(Op::Call),
+                4 => (0u8..2, 0u8..5).prop_map(|(b, k)| Op::Read(b, k)),
+                3 => (0u8..2, 0u8..5, value.clone()).prop_map(|(b, k, v)| Op::Write(b, k, v)),
+                1 => (0u8..3, 0u8..2, 0u8..5, value).prop_map(|(p, b, k, v)| Op::Other(p, b, k, v)),
+            ]
+        }
+
+        /// The host's side, as the host keeps it: per partition a version bumped by every
+        /// change, per partition the epoch handed out and the version it stands for.
+        #[derive(Default)]
+        struct Host {
+            values: BTreeMap<(u8, u8, u8), Vec<u8>>,
+            version: BTreeMap<u8, u64>,
+            handed: BTreeMap<u8, (u64, u64)>,
+            next: u64,
+        }
+
+        impl Host {
+            fn epoch(&mut self, p: u8, keep_bytes: u64) -> Epoch {
+                let version = *self.version.entry(p).or_default();
+                match self.handed.get(&p).copied() {
+                    Some((epoch, v)) if v == version => Epoch {
+                        current: epoch,
+                        replaces: 0,
+                        keep_bytes,
+                    },
+                    old => {
+                        self.next += 1;
+                        self.handed.insert(p, (self.next, version));
+                        Epoch {
+                            current: self.next,
+                            replaces: old.map_or(0, |o| o.0),
+                            keep_bytes,
+                        }
+                    }
+                }
+            }
+
+            fn write(&mut self, p: u8, b: u8, k: u8, v: Option<Vec<u8>>, own: bool) {
+                match v {
+                    Some(v) => self.values.insert((p, b, k), v),
+                    None => self.values.remove(&(p, b, k)),
+                };
+                let version = self.version.entry(p).or_default();
+                *version += 1;
+                if own {
+                    // The instance's own write (its call returned): what it kept is true.
+                    if let Some(h) = self.handed.get_mut(&p) {
+                        h.1 = *version;
+                    }
+                }
+            }
+        }
+
+        fn key(k: u8) -> String {
+            "k".repeat(k as usize)
+        }
+
+        proptest! {
+            /// Whatever the calls do and whatever else changes the partitions, a read that
+            /// the kept values answer answers what the host holds, and the bytes counted stay
+            /// within the limit.
+            #[test]
+            fn what_is_kept_is_what_the_host_holds(
+                ops in proptest::collection::vec(op(), 0..80),
+                keep_bytes in prop_oneof![Just(100_000u64), 0u64..400],
+            ) {
+                let mut host = Host::default();
+                let mut kept = Kept::default();
+                let mut part = 0u8;
+                // Changes to the partition of the call in progress wait for its end (a lane
+                // runs one call at a time).
+                let mut later = Vec::new();
+                for op in ops {
+                    match op {
+                        Op::Call(p) => {
+                            for (p, b, k, v) in later.drain(..) {
+                                host.write(p, b, k, v, false);
+                            }
+                            part = p;
+                            kept.begin_call();
+                        }
+                        Op::Read(b, k) => {
+                            let truth = host.values.get(&(part, b, k)).cloned();
+                            match kept.get(b as usize, &key(k), || host.epoch(part, keep_bytes)) {
+                                Some(v) => prop_assert_eq!(v, truth),
+                                None => kept.put(b as usize, &key(k), truth.as_deref(), || unreachable!()),
+                            }
+                        }
+                        Op::Write(b, k, v) => {
+                            kept.put(b as usize, &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
+                            host.write(part, b, k, v, true);
+                        }
+                        Op::Other(p, b, k, v) if p == part => later.push((p, b, k, v)),
+                        Op::Other(p, b, k, v) => host.write(p, b, k, v, false),
+                    }
+                    prop_assert!(kept.bytes() as u64 <= keep_bytes, "{} bytes kept", kept.bytes());
+                }
+            }
+        }
+    }
+}
+
 /// A call's writes are kept here, in the guest, packed one after another in one buffer per
 /// bucket, and reach the host in one `write-packed` per bucket when the call returns (or
 /// before a key listing): the host keeps a call's writes only when it returns anyway, so a
@@ -457,6 +725,7 @@ mod host {
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
 
+    use super::kept::{Epoch, Kept};
     use super::packed::Writes;
     use crate::__private::bindings::wasi::keyvalue::store;
     use crate::__private::bindings::weir::stage::state_limits;
@@ -478,6 +747,23 @@ mod host {
         static MAX_VALUE: Cell<Option<u64>> = const { Cell::new(None) };
         /// A call (`process`, `process-batch`) is in progress: writes wait here.
         static IN_CALL: Cell<bool> = const { Cell::new(false) };
+        /// The values read and written, kept between calls while the host says they hold.
+        static KEPT: RefCell<Kept> = RefCell::new(Kept::default());
+    }
+
+    /// The call's partition's cache epoch, from the host.
+    fn epoch() -> Epoch {
+        let e = state_limits::cache_epoch();
+        Epoch {
+            current: e.current,
+            replaces: e.replaces,
+            keep_bytes: e.keep_bytes,
+        }
+    }
+
+    /// `key`'s value is `value` now: kept for the next reads.
+    fn keep(b: &Open, key: &str, value: Option<&[u8]>) {
+        KEPT.with_borrow_mut(|k| k.put(b.id, key, value, epoch));
     }
 
     pub fn open_cached(name: &str) -> Result<Open, super::Error> {
@@ -508,12 +794,16 @@ mod host {
     }
 
     pub fn get(b: &Open, key: &str) -> Result<Option<Vec<u8>>, super::Error> {
+        if let Some(v) = KEPT.with_borrow_mut(|k| k.get(b.id, key, epoch)) {
+            return Ok(v);
+        }
+        // (What the call wrote is kept too, unless the kept values started over since.)
         if let Some(v) = CALL.with_borrow(|c| c[b.id].get(key)) {
             return Ok(v);
         }
-        // Not kept: a key read and not written costs a host call per read (keeping every
-        // read cost more than it saved when keys do not repeat in a call).
-        b.bucket.get(key).map_err(error)
+        let v = b.bucket.get(key).map_err(error)?;
+        keep(b, key, v.as_deref());
+        Ok(v)
     }
 
     pub fn set(b: &Open, key: &str, value: &[u8]) -> Result<(), super::Error> {
@@ -521,6 +811,7 @@ mod host {
             return direct(b, key, Some(value));
         }
         CALL.with_borrow_mut(|c| c[b.id].write(key, Some(value)));
+        keep(b, key, Some(value));
         Ok(())
     }
 
@@ -529,6 +820,7 @@ mod host {
             return direct(b, key, None);
         }
         CALL.with_borrow_mut(|c| c[b.id].write(key, None));
+        keep(b, key, None);
         Ok(())
     }
 
@@ -543,6 +835,7 @@ mod host {
         }
         .map_err(error)?;
         CALL.with_borrow_mut(|c| c[b.id].forget(key));
+        keep(b, key, value);
         Ok(())
     }
 
@@ -556,6 +849,7 @@ mod host {
             crate::__private::bindings::wasi::keyvalue::batch::set_many(&b.bucket, &owned)
                 .map_err(error)?;
             CALL.with_borrow_mut(|c| pairs.iter().for_each(|(k, _)| c[b.id].forget(k)));
+            pairs.iter().for_each(|(k, v)| keep(b, k, Some(v)));
             return Ok(());
         }
         CALL.with_borrow_mut(|c| {
@@ -563,6 +857,7 @@ mod host {
                 c[b.id].write(k, Some(v));
             }
         });
+        pairs.iter().for_each(|(k, v)| keep(b, k, Some(v)));
         Ok(())
     }
 
@@ -610,6 +905,7 @@ mod host {
             }
         }
         CALL.with_borrow_mut(|c| c.iter_mut().for_each(Writes::clear));
+        KEPT.with_borrow_mut(Kept::begin_call);
         IN_CALL.set(!send);
     }
 
