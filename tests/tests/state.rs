@@ -638,6 +638,21 @@ fn on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
     assert_exact_totals(&b, &orders, &s);
 }
 
+/// A local pipeline of `running-total` (stage `total`) with the rollout `policy` (the flow
+/// mapping's fields) of a `misbehave` candidate that counts in its bucket (`count_in`).
+fn total_with_misbehave_candidate(s: &Scratch, policy: &str) {
+    let mut stage = stateful(
+        "total",
+        RUNNING_TOTAL,
+        "{ buckets: [totals] }",
+        &[("count_in", "totals")],
+    );
+    stage.push_str(&format!(
+        "    rollout: {{ candidate: {MISBEHAVE}, {policy} }}\n"
+    ));
+    jsonl_pipeline(s, &stage);
+}
+
 #[test]
 fn a_shadow_candidate_reads_the_live_state_and_its_writes_are_never_kept() {
     let s = scratch!();
@@ -648,16 +663,7 @@ fn a_shadow_candidate_reads_the_live_state_and_its_writes_are_never_kept() {
     s.jsonl("in.jsonl", &input);
     // The candidate (`misbehave` with `count_in: totals`) adds 1 to `seen` and to the
     // message's value in the live stage's bucket, in its throw-away overlay.
-    let mut stage = stateful(
-        "total",
-        RUNNING_TOTAL,
-        "{ buckets: [totals] }",
-        &[("count_in", "totals")],
-    );
-    stage.push_str(&format!(
-        "    rollout:\n      mode: shadow\n      candidate: {MISBEHAVE}\n      observe: 1000 messages\n"
-    ));
-    jsonl_pipeline(&s, &stage);
+    total_with_misbehave_candidate(&s, "mode: shadow, observe: 1000 messages");
     run_ok(&s);
     assert_eq!(
         totals(&s.read_jsonl("out.jsonl")),
@@ -698,18 +704,9 @@ fn values_past_the_ttl_are_deleted_from_the_store_not_only_hidden() {
     );
     run_ok(&s);
     let listed = |s: &Scratch| -> Vec<String> {
-        let out = s.run(&["state", "list", "p.yaml", "--stage", "total"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).expect("a JSON line");
-                v["key"].as_str().unwrap().to_owned()
-            })
+        state_list(s, "total")
+            .iter()
+            .map(|v| v["key"].as_str().unwrap().to_owned())
             .collect()
     };
     assert_eq!(listed(&s).len(), 200, "the first run's keys are stored");
@@ -733,6 +730,33 @@ fn values_past_the_ttl_are_deleted_from_the_store_not_only_hidden() {
         ["k005", "new"],
         "the expired keys are gone from the store"
     );
+}
+
+/// What `weir state list` shows of stage `stage`'s store, a JSON object per key.
+fn state_list(s: &Scratch, stage: &str) -> Vec<Value> {
+    let out = s.run(&["state", "list", "p.yaml", "--stage", stage]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+/// Each key of stage `stage`'s store and its number.
+fn stored_ints(s: &Scratch, stage: &str) -> BTreeMap<String, i64> {
+    state_list(s, stage)
+        .iter()
+        .map(|v| {
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                v["int"].as_i64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -762,22 +786,7 @@ fn a_canary_candidate_and_the_live_version_count_in_one_state_exactly_once() {
     run_ok(&s);
     let report = s.report();
     assert_eq!(report["rollouts"][0]["mode"], "canary", "{report}");
-    let out = s.run(&["state", "list", "p.yaml", "--stage", "m"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let counted: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a JSON line");
-            (
-                v["key"].as_str().unwrap().to_owned(),
-                v["int"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let counted = stored_ints(&s, "m");
     let mut expected = BTreeMap::from([("seen".to_owned(), input.len() as i64)]);
     for m in &input {
         *expected
@@ -787,5 +796,44 @@ fn a_canary_candidate_and_the_live_version_count_in_one_state_exactly_once() {
     assert_eq!(
         counted, expected,
         "every message counted once, by whichever version"
+    );
+}
+
+#[test]
+fn a_canary_candidates_writes_for_a_message_it_failed_on_are_not_kept() {
+    // The candidate (`misbehave` counting in the live stage's bucket) answers its whole share;
+    // it fails on `fail`, which the live version answers instead (and the messages after it).
+    // The candidate's writes of the messages before it are kept; of `fail` none.
+    let s = scratch!();
+    let input: Vec<Value> = ["1", "2", "fail", "3"]
+        .iter()
+        .map(|v| json!({"key": "a", "value": v}))
+        .collect();
+    s.jsonl("in.jsonl", &input);
+    total_with_misbehave_candidate(
+        &s,
+        "mode: canary, by: key, share: 100%, observe: 1000000 messages, rollback_when: { reject_rate: off }",
+    );
+    run_ok(&s);
+    let out: Vec<Value> = s
+        .read_jsonl("out.jsonl")
+        .iter()
+        .map(|l| l["value"].clone())
+        .collect();
+    assert_eq!(out, ["1", "2"], "the candidate's answers (keep)");
+    assert_eq!(
+        s.read_jsonl("rejected.jsonl").len(),
+        2,
+        "`fail` and `3`: the live version's answers (not JSON: rejected)"
+    );
+    let counted = stored_ints(&s, "total");
+    assert_eq!(
+        counted,
+        BTreeMap::from([
+            ("seen".to_owned(), 2),
+            ("1".to_owned(), 1),
+            ("2".to_owned(), 1)
+        ]),
+        "only the writes of the candidate's delivered answers"
     );
 }

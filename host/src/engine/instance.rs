@@ -223,6 +223,19 @@ impl StageInstance {
         &self.trapped_at
     }
 
+    /// The state the instance's calls on `lane` write to (none: the stage keeps none, or
+    /// its store cannot be read).
+    pub fn partition_state(&self, lane: &Lane) -> Option<Arc<crate::state::PartitionState>> {
+        self.spec
+            .state
+            .as_ref()?
+            .current(
+                &crate::source::PartitionKey::new(&lane.topic, lane.partition),
+                lane.generation,
+            )
+            .ok()
+    }
+
     /// True when calls go through the packed batch path.
     pub fn uses_batch(&self) -> bool {
         self.live.batch.is_some()

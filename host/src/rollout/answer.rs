@@ -176,6 +176,15 @@ pub fn canary(
     let mut cand_answers = Vec::with_capacity(theirs.len());
     let mut usable = true;
     let before = incidents(&cand.instance.stats);
+    // Where the partition's writes stood before the candidate's (to undo them, below).
+    let mark = cand
+        .instance
+        .partition_state(lane)
+        .filter(|_| !theirs.is_empty())
+        .map(|p| {
+            let at = p.mark();
+            (p, at)
+        });
     let t = Instant::now();
     if !theirs.is_empty() {
         if let Err(e) = cand.instance.process(lane, their_batch, &mut cand_answers) {
@@ -190,7 +199,6 @@ pub fn canary(
     } else {
         Vec::new()
     };
-    let by_stage = |i: &usize| !trapped.contains(i);
     let (rejected, failed) = own_rejects_and_fails(&cand_answers, &trapped);
     let o = Observation {
         messages: cand_answers.len() as u64,
@@ -203,6 +211,36 @@ pub fn canary(
         live_ns,
         ..Observation::default()
     };
+    // A candidate's call that answered `fail` at j wrote for all the messages it answered, j
+    // included, and j gets the live version's answer: its writes are undone, and it answers
+    // the messages before j again (their writes are then theirs only). Its traps need nothing:
+    // the messages of a call that trapped were answered one per call, and a trap's writes went
+    // with its instance.
+    let mut trapped = trapped;
+    if let Some((state, at)) = mark.filter(|_| usable) {
+        while let Some(j) = (0..cand_answers.len())
+            .find(|&j| matches!(cand_answers[j], Verdict::Fail(_)) && !trapped.contains(&j))
+        {
+            state.drop_since(at);
+            cand_answers.clear();
+            trapped.clear();
+            if j == 0 {
+                break;
+            }
+            if let Err(e) = cand
+                .instance
+                .process(lane, &their_batch[..j], &mut cand_answers)
+            {
+                give_up(slot, &cand.rollout, &e);
+                state.drop_since(at);
+                cand_answers.clear();
+                usable = false;
+                break;
+            }
+            trapped = cand.instance.trapped_at().to_vec();
+        }
+    }
+    let by_stage = |i: &usize| !trapped.contains(i);
     // What the candidate did not answer for itself goes to the live version, one by one.
     let mut own = vec![true; theirs.len()];
     for (j, own) in own.iter_mut().enumerate() {

@@ -180,7 +180,14 @@ impl Log {
 
     /// The chain run's writes are dropped: each key's value is again what it was before.
     pub fn drop_run(&mut self) {
-        while self.end() > self.run {
+        self.drop_from(self.run);
+    }
+
+    /// The chain run's writes from sequence number `from` on are dropped (the run's earlier
+    /// ones stay): each key's value is again what it was before them.
+    pub fn drop_from(&mut self, from: u64) {
+        let from = from.max(self.run);
+        while self.end() > from {
             let e = self.entries.pop_back().expect("a write of the run");
             match self.at_mut(e.prev) {
                 Some(before) => {
@@ -391,6 +398,37 @@ mod tests {
         assert_eq!(l.commit_point(5), 0, "inside the first call");
         l.drain_below(20, 10, |_| Ok::<_, ()>(())).unwrap();
         assert_eq!(l.commit_point(25), 20, "after a drain");
+    }
+
+    #[test]
+    fn writes_dropped_from_a_mark_leave_the_runs_earlier_writes() {
+        let mut l = kept(&[(1, "a", Some("1"))]);
+        l.push(e(2, "a", Some("2")));
+        l.push(e(2, "b", Some("2")));
+        let mark = l.end();
+        l.push(e(3, "a", Some("3")));
+        l.push(e(3, "c", Some("3")));
+        l.drop_from(mark);
+        assert_eq!(
+            l.get(SlotRef(0, "a")),
+            written("2"),
+            "the run's earlier write"
+        );
+        assert_eq!(l.get(SlotRef(0, "b")), written("2"));
+        assert_eq!(l.get(SlotRef(0, "c")), Found::Unknown);
+        assert_eq!(
+            l.run_latest()
+                .map(|e| (e.tag, &*e.slot.1))
+                .collect::<Vec<_>>(),
+            [(2, "a"), (2, "b")]
+        );
+        l.drop_from(0);
+        assert_eq!(
+            l.get(SlotRef(0, "a")),
+            written("1"),
+            "never past the kept writes"
+        );
+        assert!(l.run_is_empty());
     }
 
     #[test]

@@ -362,6 +362,21 @@ impl PartitionState {
         self.lock().log.commit_point(next)
     }
 
+    /// Where the chain run's writes end now: [`Self::drop_since`] undoes the ones after.
+    pub fn mark(&self) -> u64 {
+        self.lock().log.end()
+    }
+
+    /// Undoes the chain run's writes made since `mark` (a canary candidate's call whose
+    /// answers are not all delivered).
+    pub fn drop_since(&self, mark: u64) {
+        let mut g = self.lock();
+        if g.log.end() > mark {
+            g.log.drop_from(mark);
+            g.version += 1;
+        }
+    }
+
     /// Whether the chain run in progress wrote anything.
     pub fn batch_wrote(&self) -> bool {
         !self.lock().log.run_is_empty()
