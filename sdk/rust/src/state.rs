@@ -203,6 +203,48 @@ impl Bucket {
     }
 }
 
+/// Whether two keys are the same bytes, compared 8 bytes at a step (a key lookup compares
+/// one; wasm's `memcmp` takes one byte per step and a call).
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut a8, mut b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in a8.by_ref().zip(b8.by_ref()) {
+        if u64::from_ne_bytes(x.try_into().expect("8 bytes"))
+            != u64::from_ne_bytes(y.try_into().expect("8 bytes"))
+        {
+            return false;
+        }
+    }
+    let (ta, tb) = (a8.remainder(), b8.remainder());
+    let mut i = 0;
+    while i < ta.len() {
+        if ta[i] != tb[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod same_tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn same_is_byte_equality(
+            a in proptest::collection::vec(0u8..3, 0..30),
+            b in proptest::collection::vec(0u8..3, 0..30),
+        ) {
+            prop_assert_eq!(super::same(&a, &b), a == b);
+            prop_assert!(super::same(&a, &a.clone()));
+        }
+    }
+}
+
 /// A call's writes to one bucket, packed as the host's `write-packed` takes them (the guest
 /// side of the Rust SDK's state; plain Rust, so it is tested natively too).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
@@ -211,6 +253,8 @@ pub(crate) mod packed {
 
     // A value length of ABSENT deletes (as the batch format's absent values).
     use weir_abi::ABSENT;
+
+    use super::same;
 
     /// The call's writes to one bucket: `buf` holds them in order as `write-packed` takes
     /// them (`key-len:u32 value-len:u32 key value`), `index` the offset of each key's latest.
@@ -250,7 +294,7 @@ pub(crate) mod packed {
         fn find(&self, key: &[u8]) -> Option<u32> {
             let buf = &self.buf;
             self.index
-                .find(hash(key), |&at| entry(buf, at as usize).0 == key)
+                .find(hash(key), |&at| same(entry(buf, at as usize).0, key))
                 .copied()
         }
 
@@ -272,7 +316,7 @@ pub(crate) mod packed {
             let key = key.as_bytes();
             let buf = &self.buf;
             let h = hash(key);
-            match self.index.find_mut(h, |&o| entry(buf, o as usize).0 == key) {
+            match self.index.find_mut(h, |&o| same(entry(buf, o as usize).0, key)) {
                 Some(o) => {
                     self.stale |= *o as usize >= self.sent;
                     *o = at;
@@ -290,7 +334,7 @@ pub(crate) mod packed {
             let buf = &self.buf;
             if let Ok(e) = self
                 .index
-                .find_entry(hash(key), |&o| entry(buf, o as usize).0 == key)
+                .find_entry(hash(key), |&o| same(entry(buf, o as usize).0, key))
             {
                 self.stale |= *e.get() as usize >= self.sent;
                 e.remove();
@@ -451,8 +495,50 @@ pub(crate) mod packed {
 /// without a host call (plain Rust, so it is tested natively too).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) mod kept {
-    /// One bucket's kept values (none: the key has no value).
-    type Values = hashbrown::HashMap<Box<str>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+    use std::hash::BuildHasher;
+
+    use super::same;
+
+    /// One bucket's kept values (none: the key has no value), by key.
+    #[derive(Default)]
+    struct Values {
+        table: hashbrown::HashTable<(Box<str>, Option<Vec<u8>>)>,
+        /// Seeded per instance: the keys come from the input.
+        hasher: foldhash::fast::RandomState,
+    }
+
+    impl Values {
+        fn hash(&self, key: &str) -> u64 {
+            self.hasher.hash_one(key.as_bytes())
+        }
+
+        fn get(&self, key: &str) -> Option<&Option<Vec<u8>>> {
+            self.table
+                .find(self.hash(key), |(k, _)| same(k.as_bytes(), key.as_bytes()))
+                .map(|(_, v)| v)
+        }
+
+        fn get_mut(&mut self, key: &str) -> Option<&mut Option<Vec<u8>>> {
+            let h = self.hash(key);
+            self.table
+                .find_mut(h, |(k, _)| same(k.as_bytes(), key.as_bytes()))
+                .map(|(_, v)| v)
+        }
+
+        /// Adds `key`, which is not here.
+        fn insert(&mut self, key: &str, value: Option<Vec<u8>>) {
+            let hasher = &self.hasher;
+            self.table.insert_unique(
+                hasher.hash_one(key.as_bytes()),
+                (key.into(), value),
+                |(k, _)| hasher.hash_one(k.as_bytes()),
+            );
+        }
+
+        fn iter(&self) -> impl Iterator<Item = (&str, &Option<Vec<u8>>)> {
+            self.table.iter().map(|(k, v)| (&**k, v))
+        }
+    }
 
     /// What the host says of a call's partition (`cache-epoch`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -568,7 +654,7 @@ pub(crate) mod kept {
             } else {
                 let v = value.map(<[u8]>::to_vec);
                 let n = size(key, &v);
-                values.insert(key.into(), v);
+                values.insert(key, v);
                 n as isize
             };
             self.bytes = self.bytes.saturating_add_signed(added);
