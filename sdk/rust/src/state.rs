@@ -304,27 +304,42 @@ pub(crate) mod packed {
         }
 
         pub(crate) fn write(&mut self, key: &str, value: Option<&[u8]>) {
-            let at = self.buf.len() as u32;
-            self.buf
-                .extend_from_slice(&(key.len() as u32).to_le_bytes());
-            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
-            self.buf.extend_from_slice(&vlen.to_le_bytes());
-            self.buf.extend_from_slice(key.as_bytes());
-            if let Some(v) = value {
-                self.buf.extend_from_slice(v);
-            }
+            let Writes {
+                buf,
+                index,
+                sent,
+                stale,
+            } = self;
             let key = key.as_bytes();
-            let buf = &self.buf;
+            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
             let h = hash(key);
-            match self.index.find_mut(h, |&o| same(entry(buf, o as usize).0, key)) {
-                Some(o) => {
-                    self.stale |= *o as usize >= self.sent;
-                    *o = at;
+            let at = buf.len() as u32;
+            match index.find_entry(h, |&o| same(entry(buf, o as usize).0, key)) {
+                Ok(mut e) => {
+                    let o = *e.get() as usize;
+                    if o >= *sent && word(buf, o + 4) == vlen {
+                        // Not sent yet, and a value as long: it is overwritten where it is
+                        // (nothing stale for the sending to filter out).
+                        if let Some(v) = value {
+                            let vat = o + 8 + key.len();
+                            buf[vat..vat + v.len()].copy_from_slice(v);
+                        }
+                        return;
+                    }
+                    *stale |= o >= *sent;
+                    *e.get_mut() = at;
                 }
-                None => {
-                    self.index
-                        .insert_unique(h, at, |&o| hash(entry(buf, o as usize).0));
+                Err(absent) => {
+                    let table = absent.into_table();
+                    // (Hashes of the entries already in `buf`: the new one is not yet.)
+                    table.insert_unique(h, at, |&o| hash(entry(buf, o as usize).0));
                 }
+            }
+            buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&vlen.to_le_bytes());
+            buf.extend_from_slice(key);
+            if let Some(v) = value {
+                buf.extend_from_slice(v);
             }
         }
 
