@@ -589,8 +589,9 @@ pub(crate) mod kept {
         window: u32,
     }
 
-    impl Default for Kept {
-        fn default() -> Self {
+    impl Kept {
+        /// Nothing kept yet (const: a thread-local of it needs no lazy start).
+        pub(crate) const fn new() -> Self {
             Kept::with_window(WINDOW)
         }
     }
@@ -601,7 +602,7 @@ pub(crate) mod kept {
 
     impl Kept {
         /// Keeping, judged every `window` reads and writes.
-        pub(crate) fn with_window(window: u32) -> Self {
+        pub(crate) const fn with_window(window: u32) -> Self {
             Kept {
                 call: None,
                 epochs: Vec::new(),
@@ -884,6 +885,8 @@ pub(crate) mod kept {
 /// stage sees the same state with one host call per call instead of one per write, and no
 /// allocation per write on either side. A read of a key the call wrote is answered here.
 /// A call that traps leaves its writes here, and the next call drops them, as the host does.
+/// The values read and written are also kept between calls ([`super::kept`]) while the
+/// host's `cache-epoch` says they still hold.
 #[cfg(target_arch = "wasm32")]
 mod host {
     use std::cell::{Cell, RefCell};
@@ -912,7 +915,7 @@ mod host {
         /// A call (`process`, `process-batch`) is in progress: writes wait here.
         static IN_CALL: Cell<bool> = const { Cell::new(false) };
         /// The values read and written, kept between calls while the host says they hold.
-        static KEPT: RefCell<Kept> = RefCell::new(Kept::default());
+        static KEPT: RefCell<Kept> = const { RefCell::new(Kept::new()) };
     }
 
     /// The call's partition's cache epoch, from the host.
@@ -933,7 +936,7 @@ mod host {
     pub fn open_cached(name: &str) -> Result<Open, super::Error> {
         if let Some((id, bucket)) = OPEN.with_borrow(|o| {
             o.iter()
-                .position(|(n, _)| n == name)
+                .position(|(n, _)| super::same(n.as_bytes(), name.as_bytes()))
                 .map(|i| (i, o[i].1.clone()))
         }) {
             return Ok(Open { bucket, id });
