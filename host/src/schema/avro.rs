@@ -1,5 +1,5 @@
 //! Avro binary ↔ JSON text, compiled from the schema: no intermediate value tree on the way
-//! to JSON; on the way back one pass over the text when it has the usual shape ([`stream`]),
+//! to JSON; on the way back one pass over the text when it has the usual shape (`stream`),
 //! else a borrowed tree (`schema::json::Json`).
 //!
 //! The JSON form a stage sees (docs/schema-registry.md has the table):
@@ -245,7 +245,7 @@ impl AvroSchema {
     }
 
     /// Appends the binary encoding of a JSON text: in one pass when the text has the usual
-    /// shape ([`stream`]), else through a parsed tree (which also says what does not fit).
+    /// shape (`stream`), else through a parsed tree (which also says what does not fit).
     pub fn from_json(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
         let start = out.len();
         if let Some(mut scan) = stream::Scan::new(json) {

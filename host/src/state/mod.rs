@@ -233,7 +233,7 @@ impl PartitionState {
     }
 
     /// Deletes, tagged `tag`, of the values past the stage's TTL among the next keys of the
-    /// store's sweep ([`EXPIRE_PAGE`] per bucket); returns how many. A sweep goes over every
+    /// store's sweep (`EXPIRE_PAGE` per bucket); returns how many. A sweep goes over every
     /// key a page per chain run, then waits a quarter of the TTL (1 s to 60 s) before the
     /// next. The deletes travel as the stage's writes do (changelog tombstones, the store at
     /// the commit): a read hides an expired value already, so whether they are kept or
@@ -505,7 +505,7 @@ impl PartitionState {
 
     /// The partition's offsets below `next` are committed: their writes go to the store. A
     /// store backed by a changelog takes them in larger, rarer transactions (every
-    /// [`FLUSH_EVERY`], at [`FLUSH_WRITES`] writes waiting, when the partition leaves, and
+    /// `FLUSH_EVERY`, at `FLUSH_WRITES` writes waiting, when the partition leaves, and
     /// when the process ends), each key's last write only; until then they stay in the
     /// pending log, where reads find them. A crash in between loses nothing: the store's
     /// checkpoint says where the changelog picks up. A local source's store (no changelog) is

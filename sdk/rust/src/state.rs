@@ -885,7 +885,7 @@ pub(crate) mod kept {
 /// stage sees the same state with one host call per call instead of one per write, and no
 /// allocation per write on either side. A read of a key the call wrote is answered here.
 /// A call that traps leaves its writes here, and the next call drops them, as the host does.
-/// The values read and written are also kept between calls ([`super::kept`]) while the
+/// The values read and written are also kept between calls (module `kept`) while the
 /// host's `cache-epoch` says they still hold.
 #[cfg(target_arch = "wasm32")]
 mod host {
