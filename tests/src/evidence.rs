@@ -117,7 +117,7 @@ pub fn wait_commit_progress(
     }
 }
 
-/// The last [`TAIL`] lines of a file, under a heading naming it.
+/// The last `TAIL` lines of a file, under a heading naming it.
 pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(unreadable: {e})"));
     let lines: Vec<&str> = text.lines().collect();
