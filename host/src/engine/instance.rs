@@ -223,17 +223,14 @@ impl StageInstance {
         &self.trapped_at
     }
 
-    /// The state the instance's calls on `lane` write to (none: the stage keeps none, or
-    /// its store cannot be read).
+    /// The partition's state that the instance's calls on `lane` write to, when the lane's
+    /// partition is this process's (none: the stage keeps no state, or the run raced a
+    /// revoke and writes to a detached state that nothing commits).
     pub fn partition_state(&self, lane: &Lane) -> Option<Arc<crate::state::PartitionState>> {
-        self.spec
-            .state
-            .as_ref()?
-            .current(
-                &crate::source::PartitionKey::new(&lane.topic, lane.partition),
-                lane.generation,
-            )
-            .ok()
+        self.spec.state.as_ref()?.assigned(
+            &crate::source::PartitionKey::new(&lane.topic, lane.partition),
+            lane.generation,
+        )
     }
 
     /// True when calls go through the packed batch path.

@@ -154,8 +154,8 @@ impl Kv {
     /// throw-away instance (its writes are dropped after each batch), a stage with a TTL
     /// (values expire as time passes) or outside a call.
     fn cache_epoch(&mut self) -> (u64, u64) {
-        let ttl = self.spec.as_ref().is_none_or(|s| s.ttl.is_some());
-        let Some(p) = self.part.as_ref().filter(|_| !self.throwaway && !ttl) else {
+        let expires = self.spec.as_ref().is_none_or(|s| s.ttl.is_some());
+        let Some(p) = self.part.as_ref().filter(|_| !self.throwaway && !expires) else {
             return (0, 0);
         };
         self.asked = true;
@@ -242,8 +242,9 @@ impl Kv {
     }
 
     /// A `write-packed` list's writes to `bucket` (`key-len:u32 value-len:u32 key value`,
-    /// little-endian, a value length of [`ABSENT`] deletes: the packed formats' absent), every key UTF-8 and every value within
-    /// `state.max_value`; otherwise what is wrong, and none of them.
+    /// little-endian; a value length of [`ABSENT`], the packed formats' absent, deletes),
+    /// every key UTF-8 and every value within `state.max_value`; otherwise what is wrong,
+    /// and none of them.
     fn unpack(
         &self,
         bucket: u16,

@@ -177,10 +177,9 @@ pub fn canary(
     let mut usable = true;
     let before = incidents(&cand.instance.stats);
     // Where the partition's writes stood before the candidate's (to undo them, below).
-    let mark = cand
-        .instance
-        .partition_state(lane)
-        .filter(|_| !theirs.is_empty())
+    let mark = (!theirs.is_empty())
+        .then(|| cand.instance.partition_state(lane))
+        .flatten()
         .map(|p| {
             let at = p.mark();
             (p, at)

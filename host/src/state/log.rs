@@ -178,13 +178,8 @@ impl Log {
         self.run = self.end();
     }
 
-    /// The chain run's writes are dropped: each key's value is again what it was before.
-    pub fn drop_run(&mut self) {
-        self.drop_from(self.run);
-    }
-
     /// The chain run's writes from sequence number `from` on are dropped (the run's earlier
-    /// ones stay): each key's value is again what it was before them.
+    /// ones stay; 0: all of them): each key's value is again what it was before them.
     pub fn drop_from(&mut self, from: u64) {
         let from = from.max(self.run);
         while self.end() > from {
@@ -453,7 +448,7 @@ mod tests {
             [(3, "a"), (4, "c"), (4, "s")],
             "each key's last write of the run, in order"
         );
-        l.drop_run();
+        l.drop_from(0);
         assert!(l.run_is_empty());
         assert_eq!(l.get(SlotRef(0, "a")), written("1"));
         assert_eq!(l.get(SlotRef(0, "b")), written("2"));
@@ -468,7 +463,7 @@ mod tests {
         l.push(e(5, "a", Some("6")));
         l.keep_run();
         l.push(e(6, "a", Some("7")));
-        l.drop_run();
+        l.drop_from(0);
         assert_eq!(l.get(SlotRef(0, "a")), written("6"));
         let (changes, _) = l.changes_since(0, 100);
         let tags: Vec<i64> = changes.iter().map(|e| e.tag).collect();
@@ -536,7 +531,7 @@ mod tests {
         assert_eq!(l.len(), 1);
         l.push(e(5, "a", Some("5")));
         assert_eq!(l.remembered(), 0, "a write replaces the stored value");
-        l.drop_run();
+        l.drop_from(0);
         assert_eq!(l.get(SlotRef(0, "a")), Found::Unknown);
         // A store that fails: the keys it did not take are read from it again.
         l.push(e(6, "c", Some("6")));

@@ -370,9 +370,15 @@ impl PartitionState {
     /// Undoes the chain run's writes made since `mark` (a canary candidate's call whose
     /// answers are not all delivered).
     pub fn drop_since(&self, mark: u64) {
-        let mut g = self.lock();
-        if g.log.end() > mark {
-            g.log.drop_from(mark);
+        Self::undo(&mut self.lock(), mark);
+    }
+
+    /// Drops the chain run's writes from sequence number `from` on; the values a read sees
+    /// change when there were any.
+    fn undo(g: &mut Inner, from: u64) {
+        let end = g.log.end();
+        g.log.drop_from(from);
+        if g.log.end() < end {
             g.version += 1;
         }
     }
@@ -395,9 +401,8 @@ impl PartitionState {
                 changes.extend(g.log.run_latest().map(|e| self.change_record(e)));
             }
             g.log.keep_run();
-        } else if !g.log.run_is_empty() {
-            g.log.drop_run();
-            g.version += 1;
+        } else {
+            Self::undo(&mut g, 0);
         }
     }
 
@@ -631,10 +636,16 @@ impl StageBuckets {
         key: &PartitionKey,
         generation: u64,
     ) -> Result<Arc<PartitionState>, StoreError> {
-        match self.owned(key) {
-            Some(p) if p.generation == generation => Ok(p),
-            _ => self.detached(key, generation),
+        match self.assigned(key, generation) {
+            Some(p) => Ok(p),
+            None => self.detached(key, generation),
         }
+    }
+
+    /// The partition's state when it is this process's in assignment `generation` (none:
+    /// a run on it writes to a detached state, [`Self::current`]).
+    pub fn assigned(&self, key: &PartitionKey, generation: u64) -> Option<Arc<PartitionState>> {
+        self.owned(key).filter(|p| p.generation == generation)
     }
 
     fn detached(

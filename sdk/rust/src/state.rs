@@ -589,18 +589,16 @@ pub(crate) mod kept {
         window: u32,
     }
 
-    impl Kept {
-        /// Nothing kept yet (const: a thread-local of it needs no lazy start).
-        pub(crate) const fn new() -> Self {
-            Kept::with_window(WINDOW)
-        }
-    }
-
     fn size(key: &str, value: &Option<Vec<u8>>) -> usize {
         OVERHEAD + key.len() + value.as_ref().map_or(0, Vec::len)
     }
 
     impl Kept {
+        /// Nothing kept yet (const: a thread-local of it needs no lazy start).
+        pub(crate) const fn new() -> Self {
+            Kept::with_window(WINDOW)
+        }
+
         /// Keeping, judged every `window` reads and writes.
         pub(crate) const fn with_window(window: u32) -> Self {
             Kept {
@@ -635,8 +633,7 @@ pub(crate) mod kept {
                 self.ops = 0;
                 self.hits = 0;
                 if !pays {
-                    self.epochs.clear();
-                    self.bytes = 0;
+                    self.start_over();
                     self.off = self.window * 16;
                     return false;
                 }
@@ -738,11 +735,16 @@ pub(crate) mod kept {
             self.bytes = self.bytes.saturating_add_signed(added);
             let limit = self.call.map_or(0, |e| e.keep_bytes) as usize;
             if self.bytes > limit {
-                // Start over (the call's writes are still in its packed buffer: a read that
-                // finds nothing here looks there before it asks the host).
-                self.epochs.clear();
-                self.bytes = 0;
+                // (The call's writes are still in its packed buffer: a read that finds
+                // nothing here looks there before it asks the host.)
+                self.start_over();
             }
+        }
+
+        /// Forgets everything kept.
+        fn start_over(&mut self) {
+            self.epochs.clear();
+            self.bytes = 0;
         }
 
         /// Bytes kept.
