@@ -104,6 +104,58 @@ pub struct StageStats {
     pub sandbox: crate::engine::SandboxStats,
 }
 
+/// A stage's input: the batch of the run, lent (the caller keeps it, to run it again) or
+/// handed over, or the messages the stage before passed on.
+enum Input<'a> {
+    Lent(&'a [Envelope]),
+    Owned(Vec<Envelope>),
+}
+
+impl Input<'_> {
+    fn messages(&self) -> &[Envelope] {
+        match self {
+            Input::Lent(batch) => batch,
+            Input::Owned(batch) => batch,
+        }
+    }
+
+    /// Message `i`: moved out when owned (an empty message is left in its place; each is
+    /// taken once at most), copied when lent.
+    fn take(&mut self, i: usize) -> Envelope {
+        match self {
+            Input::Lent(batch) => batch[i].clone(),
+            Input::Owned(batch) => std::mem::take(&mut batch[i]),
+        }
+    }
+
+    /// The messages that passed a stage, in order.
+    fn pick(mut self, passed: Vec<Passed>) -> Vec<Envelope> {
+        passed
+            .into_iter()
+            .map(|p| match p {
+                Passed::Kept(i) => self.take(i),
+                Passed::Made(env) => env,
+            })
+            .collect()
+    }
+}
+
+/// A message that passed a stage: one of its input's, kept as it was (by index), or one it
+/// made.
+enum Passed {
+    Kept(usize),
+    Made(Envelope),
+}
+
+impl Passed {
+    fn offset(&self, input: &Input<'_>) -> i64 {
+        match self {
+            Passed::Kept(i) => input.messages()[*i].offset,
+            Passed::Made(env) => env.offset,
+        }
+    }
+}
+
 struct StageRun {
     slot: Arc<StageSlot>,
     generation: u64,
@@ -304,7 +356,7 @@ impl Chain {
     ) -> Result<ChainOutput, InstanceError> {
         let parts = self.state_of(lane)?;
         if parts.is_empty() {
-            return self.run_once(lane, batch);
+            return Ok(self.run_once(lane, Input::Owned(batch))?.0);
         }
         if let Some(first) = batch.first() {
             for p in &parts {
@@ -313,8 +365,10 @@ impl Chain {
                     .map_err(state_error(&p.spec().stage))?;
             }
         }
-        let mut input = batch.clone();
-        let mut out = self.run_once(lane, batch)?;
+        // The batch is lent to the runs, not handed over (nor copied): when a stage fails,
+        // the messages before it run again. The messages that pass are taken out of it last.
+        let mut input = batch;
+        let (mut out, mut passed) = self.run_once(lane, Input::Lent(&input))?;
         while let Some(failure) = out.failure.take() {
             if !parts.iter().any(|p| p.batch_wrote()) {
                 out.failure = Some(failure);
@@ -324,8 +378,8 @@ impl Chain {
                 p.finish_batch(false, &mut out.changes);
             }
             input.retain(|e| e.offset < failure.offset);
-            let mut again = if input.is_empty() {
-                ChainOutput::default()
+            let (again, again_passed) = if input.is_empty() {
+                (ChainOutput::default(), Vec::new())
             } else {
                 tracing::debug!(
                     topic = &*lane.topic,
@@ -334,17 +388,19 @@ impl Chain {
                     "a stage failed at offset {}: the messages before it run again for their state writes",
                     failure.offset
                 );
-                self.run_once(lane, input.clone())?
+                self.run_once(lane, Input::Lent(&input))?
             };
-            if again.failure.is_none() {
-                again.failure = Some(failure);
-                out = again;
+            (out, passed) = (again, again_passed);
+            if out.failure.is_none() {
+                out.failure = Some(failure);
                 break;
             }
-            out = again;
         }
         for p in &parts {
             p.finish_batch(true, &mut out.changes);
+        }
+        if !passed.is_empty() {
+            out.outputs = Input::Owned(input).pick(passed);
         }
         Ok(out)
     }
@@ -379,46 +435,57 @@ impl Chain {
         Ok(parts)
     }
 
-    /// [`Self::run`] without the state bookkeeping.
+    /// [`Self::run`] without the state bookkeeping. When only the first stage ran on a lent
+    /// batch, the messages that passed are still in it: they are returned (the caller takes
+    /// them out with [`Input::pick`]) and `outputs` is empty; otherwise they are in `outputs`
+    /// and none are returned.
     fn run_once(
         &mut self,
         lane: &Lane,
-        batch: Vec<Envelope>,
-    ) -> Result<ChainOutput, InstanceError> {
-        let mut current = batch;
+        batch: Input<'_>,
+    ) -> Result<(ChainOutput, Vec<Passed>), InstanceError> {
+        let mut input = batch;
+        let mut passed = Vec::new();
         let mut out = ChainOutput::default();
         self.timings.fill(Duration::ZERO);
-        for (s, took) in self.stages.iter_mut().zip(&mut self.timings) {
+        for (k, (s, took)) in self.stages.iter_mut().zip(&mut self.timings).enumerate() {
+            if k > 0 {
+                input = Input::Owned(input.pick(std::mem::take(&mut passed)));
+            }
+            let current = input.messages();
             if current.is_empty() {
                 break;
             }
             self.verdicts.clear();
             self.by_candidate.clear();
             let started = Instant::now();
-            s.answer(lane, &current, &mut self.verdicts, &mut self.by_candidate)?;
+            s.answer(lane, current, &mut self.verdicts, &mut self.by_candidate)?;
             *took = started.elapsed();
-            s.counts.input += current.len() as u64;
             let given = current.len();
+            s.counts.input += given as u64;
             let mut answered = 0;
-            let mut next = Vec::with_capacity(current.len());
-            for (i, (env, v)) in current.into_iter().zip(self.verdicts.drain(..)).enumerate() {
+            passed.reserve(given);
+            for (i, v) in self.verdicts.drain(..).enumerate() {
                 answered += 1;
                 match v {
                     Verdict::Keep => {
                         s.counts.keep += 1;
-                        next.push(env);
+                        passed.push(Passed::Kept(i));
                     }
                     Verdict::Next(msgs) if msgs.is_empty() => s.counts.dropped += 1,
                     Verdict::Next(msgs) => {
                         s.counts.next += 1;
                         s.counts.emitted += msgs.len() as u64;
-                        let offset = env.offset;
-                        next.extend(msgs.into_iter().map(|msg| Envelope { offset, msg }));
+                        let offset = input.messages()[i].offset;
+                        passed.extend(
+                            msgs.into_iter()
+                                .map(|msg| Passed::Made(Envelope { offset, msg })),
+                        );
                     }
                     Verdict::Reject(reason) => {
                         s.counts.rejected += 1;
                         out.rejects.push(Rejected {
-                            env,
+                            env: input.take(i),
                             stage: s.slot.spec.name.clone(),
                             plugin: s.answered_by(self.by_candidate.get(i)).hash.clone(),
                             reason,
@@ -426,12 +493,13 @@ impl Chain {
                     }
                     Verdict::Fail(reason) => {
                         s.counts.failed += 1;
-                        let earlier = out.failure.as_ref().is_none_or(|f| env.offset < f.offset);
+                        let offset = input.messages()[i].offset;
+                        let earlier = out.failure.as_ref().is_none_or(|f| offset < f.offset);
                         if earlier {
                             out.failure = Some(Failure {
                                 stage: s.slot.spec.name.to_string(),
                                 plugin: s.answered_by(self.by_candidate.get(i)).hash.clone(),
-                                offset: env.offset,
+                                offset,
                                 reason,
                             });
                         }
@@ -442,13 +510,14 @@ impl Chain {
             s.counts.unanswered += (given - answered) as u64;
             if let Some(f) = &out.failure {
                 // Nothing at or after the failed message may count as done.
-                next.retain(|e| e.offset < f.offset);
+                passed.retain(|p| p.offset(&input) < f.offset);
                 out.rejects.retain(|r| r.env.offset < f.offset);
             }
-            current = next;
         }
-        out.outputs = current;
-        Ok(out)
+        if let Input::Owned(_) = input {
+            out.outputs = input.pick(std::mem::take(&mut passed));
+        }
+        Ok((out, passed))
     }
 
     /// The stateful stages' buckets (empty: no stage keeps state).

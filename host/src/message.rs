@@ -62,7 +62,7 @@ pub struct Lane {
 
 /// A message in flight with the source offset it descends from. Everything a stage emits
 /// for an input inherits the input's offset, so completion can be tracked per source offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Envelope {
     /// Source offset of the message this one descends from.
     pub offset: i64,

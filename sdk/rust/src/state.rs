@@ -229,6 +229,63 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     true
 }
 
+/// The hash of a key in the SDK's tables (a call's writes, the kept values; one per key and
+/// operation, shared by both): one 64-bit multiply per 8 bytes and a final mix, keyed by a
+/// seed (per instance: the keys come from the input, so their hashes are not guessable).
+/// Made for wasm32, which multiplies 64-bit numbers natively but has no 64 × 64 → 128 bit
+/// multiply (what foldhash and its kind fold with, emulated there in a call).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KeyHash(u64);
+
+impl KeyHash {
+    /// Hashes keyed by `seed`.
+    pub(crate) const fn with_seed(seed: u64) -> Self {
+        KeyHash(seed)
+    }
+
+    /// Hashes keyed by a random seed.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(crate) fn random() -> Self {
+        use std::hash::BuildHasher;
+        KeyHash(std::hash::RandomState::new().hash_one(0x5745_4952_u64))
+    }
+
+    /// The hash of `key`.
+    #[inline]
+    pub(crate) fn of(self, key: &[u8]) -> u64 {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mix = |h: u64, w: u64| (h ^ w).wrapping_mul(K).rotate_left(26);
+        let word = |at: usize| u64::from_le_bytes(key[at..at + 8].try_into().expect("8 bytes"));
+        let half = |at: usize| {
+            u64::from(u32::from_le_bytes(
+                key[at..at + 4].try_into().expect("4 bytes"),
+            ))
+        };
+        let n = key.len();
+        let mut h = self.0 ^ (n as u64).wrapping_mul(K);
+        if n >= 8 {
+            let mut at = 0;
+            while at + 8 < n {
+                h = mix(h, word(at));
+                at += 8;
+            }
+            // The last 8 bytes (overlapping the word before when `n` is not a multiple).
+            h = mix(h, word(n - 8));
+        } else if n >= 4 {
+            h = mix(h, (half(0) << 32) | half(n - 4));
+        } else if n > 0 {
+            let b = |at: usize| u64::from(key[at]);
+            h = mix(h, (b(0) << 16) | (b(n / 2) << 8) | b(n - 1));
+        }
+        // murmur3's 64-bit finaliser: every bit of the state reaches the bits a table uses.
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
 #[cfg(test)]
 mod same_tests {
     use proptest::prelude::*;
@@ -242,6 +299,48 @@ mod same_tests {
             prop_assert_eq!(super::same(&a, &b), a == b);
             prop_assert!(super::same(&a, &a.clone()));
         }
+
+        /// Equal keys hash equal; a key's hash depends on the seed and on every byte.
+        #[test]
+        fn a_key_hash_depends_on_the_seed_and_every_byte(
+            key in proptest::collection::vec(any::<u8>(), 1..40),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+            seed in any::<u64>(),
+        ) {
+            let h = super::KeyHash::with_seed(seed);
+            prop_assert_eq!(h.of(&key), h.of(&key.clone()));
+            let mut other = key.clone();
+            other[at.index(key.len())] ^= flip;
+            prop_assert_ne!(h.of(&key), h.of(&other));
+            prop_assert_ne!(h.of(&key), super::KeyHash::with_seed(seed ^ 1).of(&key));
+            let mut longer = key.clone();
+            longer.push(0);
+            prop_assert_ne!(h.of(&key), h.of(&longer));
+        }
+    }
+
+    /// The hashes of many similar keys spread over a table's low bits and top 7 bits
+    /// (hashbrown's bucket index and tag).
+    #[test]
+    fn similar_keys_spread_over_the_bits_a_table_uses() {
+        let h = super::KeyHash::with_seed(7);
+        let mut low = [0u32; 256];
+        let mut top = [0u32; 128];
+        for i in 0..25_600 {
+            let x = h.of(format!("key-{i:06}").as_bytes());
+            low[(x & 0xff) as usize] += 1;
+            top[(x >> 57) as usize] += 1;
+        }
+        // 100 and 200 expected in each.
+        assert!(
+            low.iter().all(|&n| (50..170).contains(&n)),
+            "low byte: {low:?}"
+        );
+        assert!(
+            top.iter().all(|&n| (120..290).contains(&n)),
+            "top 7 bits: {top:?}"
+        );
     }
 }
 
@@ -249,12 +348,10 @@ mod same_tests {
 /// side of the Rust SDK's state; plain Rust, so it is tested natively too).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) mod packed {
-    use std::hash::BuildHasher;
-
     // A value length of ABSENT deletes (as the batch format's absent values).
     use weir_abi::ABSENT;
 
-    use super::same;
+    use super::{same, KeyHash};
 
     /// The call's writes to one bucket: `buf` holds them in order as `write-packed` takes
     /// them (`key-len:u32 value-len:u32 key value`), `index` the offset of each key's latest.
@@ -262,16 +359,12 @@ pub(crate) mod packed {
     pub(crate) struct Writes {
         buf: Vec<u8>,
         index: hashbrown::HashTable<u32>,
+        /// The hash of the keys in `index` (the caller hands in each key's hash, made with it).
+        hash: KeyHash,
         /// `buf[..sent]` is with the host already (a listing sent it; the call goes on).
         sent: usize,
         /// A write at or after `sent` was overwritten or taken back: sending filters.
         stale: bool,
-    }
-
-    /// The hash of a key in [`Writes::index`] (a fixed seed: the table holds at most one
-    /// call's keys, so a keyed hash buys nothing).
-    fn hash(key: &[u8]) -> u64 {
-        foldhash::fast::FixedState::with_seed(0x5745_4952).hash_one(key)
     }
 
     fn word(buf: &[u8], at: usize) -> u32 {
@@ -291,28 +384,38 @@ pub(crate) mod packed {
     }
 
     impl Writes {
-        fn find(&self, key: &[u8]) -> Option<u32> {
+        /// No writes; keys hashed with `hash`.
+        pub(crate) fn new(hash: KeyHash) -> Self {
+            Writes {
+                hash,
+                ..Writes::default()
+            }
+        }
+
+        fn find(&self, h: u64, key: &[u8]) -> Option<u32> {
             let buf = &self.buf;
             self.index
-                .find(hash(key), |&at| same(entry(buf, at as usize).0, key))
+                .find(h, |&at| same(entry(buf, at as usize).0, key))
                 .copied()
         }
 
-        pub(crate) fn get(&self, key: &str) -> Option<Option<Vec<u8>>> {
-            let at = self.find(key.as_bytes())?;
+        /// The call's latest write of `key` (hashed `h`), if it wrote it.
+        pub(crate) fn get(&self, h: u64, key: &str) -> Option<Option<Vec<u8>>> {
+            let at = self.find(h, key.as_bytes())?;
             Some(entry(&self.buf, at as usize).1.map(<[u8]>::to_vec))
         }
 
-        pub(crate) fn write(&mut self, key: &str, value: Option<&[u8]>) {
+        /// Writes `key` (hashed `h`).
+        pub(crate) fn write(&mut self, h: u64, key: &str, value: Option<&[u8]>) {
             let Writes {
                 buf,
                 index,
+                hash,
                 sent,
                 stale,
             } = self;
             let key = key.as_bytes();
             let vlen = value.map_or(ABSENT, |v| v.len() as u32);
-            let h = hash(key);
             let at = buf.len() as u32;
             match index.find_entry(h, |&o| same(entry(buf, o as usize).0, key)) {
                 Ok(mut e) => {
@@ -332,7 +435,7 @@ pub(crate) mod packed {
                 Err(absent) => {
                     let table = absent.into_table();
                     // (Hashes of the entries already in `buf`: the new one is not yet.)
-                    table.insert_unique(h, at, |&o| hash(entry(buf, o as usize).0));
+                    table.insert_unique(h, at, |&o| hash.of(entry(buf, o as usize).0));
                 }
             }
             buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -343,13 +446,14 @@ pub(crate) mod packed {
             }
         }
 
-        /// The host took a write of `key` itself: the call's earlier one here is gone.
-        pub(crate) fn forget(&mut self, key: &str) {
+        /// The host took a write of `key` (hashed `h`) itself: the call's earlier one here is
+        /// gone.
+        pub(crate) fn forget(&mut self, h: u64, key: &str) {
             let key = key.as_bytes();
             let buf = &self.buf;
             if let Ok(e) = self
                 .index
-                .find_entry(hash(key), |&o| same(entry(buf, o as usize).0, key))
+                .find_entry(h, |&o| same(entry(buf, o as usize).0, key))
             {
                 self.stale |= *e.get() as usize >= self.sent;
                 e.remove();
@@ -366,7 +470,7 @@ pub(crate) mod packed {
             let mut at = self.sent;
             while at < self.buf.len() {
                 let (key, _, end) = entry(&self.buf, at);
-                if self.find(key) == Some(at as u32) {
+                if self.find(self.hash.of(key), key) == Some(at as u32) {
                     out.extend_from_slice(&self.buf[at..end]);
                 }
                 at = end;
@@ -414,7 +518,7 @@ pub(crate) mod packed {
 
         use proptest::prelude::*;
 
-        use super::{parse, Writes};
+        use super::{parse, KeyHash, Writes};
 
         #[derive(Debug, Clone)]
         enum Op {
@@ -448,7 +552,9 @@ pub(crate) mod packed {
             /// the stage wrote: each key's last value, never a write taken back.
             #[test]
             fn reads_and_what_the_host_gets_follow_the_writes(ops in proptest::collection::vec(op(), 0..40)) {
-                let mut w = Writes::default();
+                let kh = KeyHash::with_seed(3);
+                let h = |k: u8| kh.of(key(k).as_bytes());
+                let mut w = Writes::new(kh);
                 // What the call wrote and the host does not hold yet / what the host holds.
                 let mut call: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
                 let mut host: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
@@ -470,19 +576,19 @@ pub(crate) mod packed {
                 for op in ops {
                     match op {
                         Op::Set(k, v) => {
-                            w.write(&key(k), Some(&v));
+                            w.write(h(k), &key(k), Some(&v));
                             call.insert(key(k), Some(v.clone()));
                             truth.insert(key(k), Some(v));
                         }
                         Op::Delete(k) => {
-                            w.write(&key(k), None);
+                            w.write(h(k), &key(k), None);
                             call.insert(key(k), None);
                             truth.insert(key(k), None);
                         }
                         Op::Direct(k, v) => {
                             host.insert(key(k), v.clone());
                             truth.insert(key(k), v);
-                            w.forget(&key(k));
+                            w.forget(h(k), &key(k));
                             call.remove(&key(k));
                         }
                         Op::Send => {
@@ -491,7 +597,7 @@ pub(crate) mod packed {
                         }
                     }
                     for k in 0..6 {
-                        prop_assert_eq!(w.get(&key(k)), call.get(&key(k)).cloned());
+                        prop_assert_eq!(w.get(h(k), &key(k)), call.get(&key(k)).cloned());
                     }
                 }
                 send(&mut w, &mut host, &mut sent);
@@ -499,7 +605,7 @@ pub(crate) mod packed {
                 prop_assert_eq!(&host, &truth);
                 w.clear();
                 prop_assert!(!w.has_unsent());
-                prop_assert_eq!(w.get(&key(1)), None);
+                prop_assert_eq!(w.get(h(1), &key(1)), None);
             }
         }
     }
@@ -510,48 +616,81 @@ pub(crate) mod packed {
 /// without a host call (plain Rust, so it is tested natively too).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) mod kept {
-    use std::hash::BuildHasher;
+    use weir_abi::ABSENT;
 
-    use super::same;
+    use super::{same, KeyHash};
 
-    /// One bucket's kept values (none: the key has no value), by key.
+    /// A kept value: the key's bytes and the value's in one allocation (a lookup that finds
+    /// it touches the table's slot and this, not a key and a value apart).
+    struct Entry {
+        data: Box<[u8]>,
+        klen: u32,
+        /// [`ABSENT`]: the key has no value.
+        vlen: u32,
+    }
+
+    impl Entry {
+        fn new(key: &[u8], value: Option<&[u8]>) -> Entry {
+            let mut data = Vec::with_capacity(key.len() + value.map_or(0, <[u8]>::len));
+            data.extend_from_slice(key);
+            data.extend_from_slice(value.unwrap_or_default());
+            Entry {
+                data: data.into_boxed_slice(),
+                klen: key.len() as u32,
+                vlen: value.map_or(ABSENT, |v| v.len() as u32),
+            }
+        }
+
+        fn key(&self) -> &[u8] {
+            &self.data[..self.klen as usize]
+        }
+
+        fn value(&self) -> Option<&[u8]> {
+            (self.vlen != ABSENT).then(|| &self.data[self.klen as usize..])
+        }
+
+        fn is(&self, key: &[u8]) -> bool {
+            self.klen as usize == key.len() && same(self.key(), key)
+        }
+
+        /// The value is `value` now (in place when as long).
+        fn set(&mut self, value: Option<&[u8]>) {
+            match value {
+                Some(v) if self.vlen == v.len() as u32 => {
+                    self.data[self.klen as usize..].copy_from_slice(v);
+                }
+                _ => *self = Entry::new(&self.data[..self.klen as usize], value),
+            }
+        }
+
+        /// Bytes it counts for.
+        fn size(&self) -> usize {
+            OVERHEAD + self.data.len()
+        }
+    }
+
+    /// One bucket's kept values, by key.
     #[derive(Default)]
     struct Values {
-        table: hashbrown::HashTable<(Box<str>, Option<Vec<u8>>)>,
-        /// Seeded per instance: the keys come from the input.
-        hasher: foldhash::fast::RandomState,
+        table: hashbrown::HashTable<Entry>,
     }
 
     impl Values {
-        fn hash(&self, key: &str) -> u64 {
-            self.hasher.hash_one(key.as_bytes())
+        fn get(&self, h: u64, key: &[u8]) -> Option<&Entry> {
+            self.table.find(h, |e| e.is(key))
         }
 
-        fn get(&self, key: &str) -> Option<&Option<Vec<u8>>> {
-            self.table
-                .find(self.hash(key), |(k, _)| same(k.as_bytes(), key.as_bytes()))
-                .map(|(_, v)| v)
+        fn get_mut(&mut self, h: u64, key: &[u8]) -> Option<&mut Entry> {
+            self.table.find_mut(h, |e| e.is(key))
         }
 
-        fn get_mut(&mut self, key: &str) -> Option<&mut Option<Vec<u8>>> {
-            let h = self.hash(key);
-            self.table
-                .find_mut(h, |(k, _)| same(k.as_bytes(), key.as_bytes()))
-                .map(|(_, v)| v)
+        /// Adds `e` (hashed `h` with `hash`), whose key is not here.
+        fn insert(&mut self, hash: KeyHash, h: u64, e: Entry) {
+            self.table.insert_unique(h, e, |e| hash.of(e.key()));
         }
 
-        /// Adds `key`, which is not here.
-        fn insert(&mut self, key: &str, value: Option<Vec<u8>>) {
-            let hasher = &self.hasher;
-            self.table.insert_unique(
-                hasher.hash_one(key.as_bytes()),
-                (key.into(), value),
-                |(k, _)| hasher.hash_one(k.as_bytes()),
-            );
-        }
-
-        fn iter(&self) -> impl Iterator<Item = (&str, &Option<Vec<u8>>)> {
-            self.table.iter().map(|(k, v)| (&**k, v))
+        fn bytes(&self) -> usize {
+            self.table.iter().map(Entry::size).sum()
         }
     }
 
@@ -575,6 +714,8 @@ pub(crate) mod kept {
 
     /// Per epoch (one per partition the instance has seen) and bucket, the values kept.
     pub(crate) struct Kept {
+        /// The hash of the keys (the caller hands in each key's hash, made with it).
+        hash: KeyHash,
         /// The call's epoch (none: not asked yet in this call).
         call: Option<Epoch>,
         epochs: Vec<(u64, Vec<Values>)>,
@@ -589,10 +730,6 @@ pub(crate) mod kept {
         window: u32,
     }
 
-    fn size(key: &str, value: &Option<Vec<u8>>) -> usize {
-        OVERHEAD + key.len() + value.as_ref().map_or(0, Vec::len)
-    }
-
     impl Kept {
         /// Nothing kept yet (const: a thread-local of it needs no lazy start).
         pub(crate) const fn new() -> Self {
@@ -602,6 +739,7 @@ pub(crate) mod kept {
         /// Keeping, judged every `window` reads and writes.
         pub(crate) const fn with_window(window: u32) -> Self {
             Kept {
+                hash: KeyHash::with_seed(0),
                 call: None,
                 epochs: Vec::new(),
                 bytes: 0,
@@ -610,6 +748,12 @@ pub(crate) mod kept {
                 off: 0,
                 window,
             }
+        }
+
+        /// Keys are hashed with `hash` from now on (what was kept is forgotten).
+        pub(crate) fn set_hash(&mut self, hash: KeyHash) {
+            self.start_over();
+            self.hash = hash;
         }
 
         /// A call begins: its epoch is asked at its first read or write.
@@ -676,19 +820,17 @@ pub(crate) mod kept {
         fn forget(&mut self, epoch: u64) {
             if let Some(at) = self.epochs.iter().position(|(n, _)| *n == epoch) {
                 let (_, buckets) = self.epochs.swap_remove(at);
-                let gone: usize = buckets
-                    .iter()
-                    .flat_map(|b| b.iter())
-                    .map(|(k, v)| size(k, v))
-                    .sum();
+                let gone: usize = buckets.iter().map(Values::bytes).sum();
                 self.bytes -= gone;
             }
         }
 
-        /// The kept value of `key` (none: not kept; `Some(None)`: kept as absent).
+        /// The kept value of `key`, hashed `h` (none: not kept; `Some(None)`: kept as
+        /// absent).
         pub(crate) fn get(
             &mut self,
             bucket: usize,
+            h: u64,
             key: &str,
             ask: impl FnOnce() -> Epoch,
         ) -> Option<Option<Vec<u8>>> {
@@ -696,16 +838,21 @@ pub(crate) mod kept {
                 self.tally(false);
                 return None;
             }
-            let v = self.values(bucket, ask)?.get(key).cloned();
+            let v = self
+                .values(bucket, ask)?
+                .get(h, key.as_bytes())
+                .map(|e| e.value().map(<[u8]>::to_vec));
             self.tally(v.is_some());
             v
         }
 
-        /// `key`'s value is `value` now (read from the host, or written by the call). When
-        /// more than the epoch's `keep_bytes` are kept, everything kept is forgotten first.
+        /// `key`'s value (`key` hashed `h`) is `value` now (read from the host, or written
+        /// by the call). When more than the epoch's `keep_bytes` are kept, everything kept is
+        /// forgotten.
         pub(crate) fn put(
             &mut self,
             bucket: usize,
+            h: u64,
             key: &str,
             value: Option<&[u8]>,
             ask: impl FnOnce() -> Epoch,
@@ -713,23 +860,19 @@ pub(crate) mod kept {
             if !self.tally(false) {
                 return;
             }
+            let hash = self.hash;
             let Some(values) = self.values(bucket, ask) else {
                 return;
             };
-            let added = if let Some(v) = values.get_mut(key) {
-                let before = v.as_ref().map_or(0, Vec::len);
-                match (v.as_mut(), value) {
-                    (Some(old), Some(new)) => {
-                        old.clear();
-                        old.extend_from_slice(new);
-                    }
-                    (_, new) => *v = new.map(<[u8]>::to_vec),
-                }
-                value.map_or(0, <[u8]>::len) as isize - before as isize
+            let key = key.as_bytes();
+            let added = if let Some(e) = values.get_mut(h, key) {
+                let before = e.size();
+                e.set(value);
+                e.size() as isize - before as isize
             } else {
-                let v = value.map(<[u8]>::to_vec);
-                let n = size(key, &v);
-                values.insert(key, v);
+                let e = Entry::new(key, value);
+                let n = e.size();
+                values.insert(hash, h, e);
                 n as isize
             };
             self.bytes = self.bytes.saturating_add_signed(added);
@@ -760,6 +903,7 @@ pub(crate) mod kept {
 
         use proptest::prelude::*;
 
+        use super::super::KeyHash;
         use super::{Epoch, Kept};
 
         #[derive(Debug, Clone)]
@@ -847,6 +991,9 @@ pub(crate) mod kept {
             ) {
                 let mut host = Host::default();
                 let mut kept = Kept::with_window(window);
+                let kh = KeyHash::with_seed(5);
+                kept.set_hash(kh);
+                let h = |k: u8| kh.of(key(k).as_bytes());
                 let mut part = 0u8;
                 // Changes to the partition of the call in progress wait for its end (a lane
                 // runs one call at a time).
@@ -862,13 +1009,13 @@ pub(crate) mod kept {
                         }
                         Op::Read(b, k) => {
                             let truth = host.values.get(&(part, b, k)).cloned();
-                            match kept.get(b as usize, &key(k), || host.epoch(part, keep_bytes)) {
+                            match kept.get(b as usize, h(k), &key(k), || host.epoch(part, keep_bytes)) {
                                 Some(v) => prop_assert_eq!(v, truth),
-                                None => kept.put(b as usize, &key(k), truth.as_deref(), || host.epoch(part, keep_bytes)),
+                                None => kept.put(b as usize, h(k), &key(k), truth.as_deref(), || host.epoch(part, keep_bytes)),
                             }
                         }
                         Op::Write(b, k, v) => {
-                            kept.put(b as usize, &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
+                            kept.put(b as usize, h(k), &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
                             host.write(part, b, k, v, true);
                         }
                         Op::Other(p, b, k, v) if p == part => later.push((p, b, k, v)),
@@ -896,28 +1043,42 @@ mod host {
 
     use super::kept::{Epoch, Kept};
     use super::packed::Writes;
+    use super::KeyHash;
     use crate::__private::bindings::wasi::keyvalue::store;
     use crate::__private::bindings::weir::stage::state_limits;
     pub use store::{open as open_raw, Bucket};
 
-    /// An open bucket: the host's handle and its place in [`CALL`].
+    /// An open bucket: the host's handle and its place in [`Calls::writes`].
     pub struct Open {
         bucket: Rc<Bucket>,
         id: usize,
+    }
+
+    /// What the instance holds of its state between host calls (one borrow per operation).
+    struct Calls {
+        /// Per open bucket, the writes of the call in progress.
+        writes: Vec<Writes>,
+        /// The values read and written, kept between calls while the host says they hold.
+        kept: Kept,
+        /// The keys' hash in both (one per key and operation).
+        hash: KeyHash,
     }
 
     thread_local! {
         /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
         /// here, not two host calls (open and drop).
         static OPEN: RefCell<Vec<(String, Rc<Bucket>)>> = const { RefCell::new(Vec::new()) };
-        /// Per open bucket, the writes of the call in progress.
-        static CALL: RefCell<Vec<Writes>> = const { RefCell::new(Vec::new()) };
+        static CALLS: RefCell<Calls> = const {
+            RefCell::new(Calls {
+                writes: Vec::new(),
+                kept: Kept::new(),
+                hash: KeyHash::with_seed(0),
+            })
+        };
         /// `state.max_value`, asked once.
         static MAX_VALUE: Cell<Option<u64>> = const { Cell::new(None) };
         /// A call (`process`, `process-batch`) is in progress: writes wait here.
         static IN_CALL: Cell<bool> = const { Cell::new(false) };
-        /// The values read and written, kept between calls while the host says they hold.
-        static KEPT: RefCell<Kept> = const { RefCell::new(Kept::new()) };
     }
 
     /// The call's partition's cache epoch, from the host.
@@ -928,11 +1089,6 @@ mod host {
             replaces: e.replaces,
             keep_bytes: e.keep_bytes,
         }
-    }
-
-    /// `key`'s value is `value` now: kept for the next reads.
-    fn keep(b: &Open, key: &str, value: Option<&[u8]>) {
-        KEPT.with_borrow_mut(|k| k.put(b.id, key, value, epoch));
     }
 
     pub fn open_cached(name: &str) -> Result<Open, super::Error> {
@@ -950,7 +1106,15 @@ mod host {
             o.push((name.to_owned(), bucket.clone()));
             o.len() - 1
         });
-        CALL.with_borrow_mut(|c| c.resize_with(id + 1, Writes::default));
+        CALLS.with_borrow_mut(|c| {
+            if c.writes.is_empty() {
+                // The first bucket: keys are hashed with a seed of this instance's own.
+                c.hash = KeyHash::random();
+                c.kept.set_hash(c.hash);
+            }
+            let hash = c.hash;
+            c.writes.resize_with(id + 1, || Writes::new(hash));
+        });
         Ok(Open { bucket, id })
     }
 
@@ -963,15 +1127,19 @@ mod host {
     }
 
     pub fn get(b: &Open, key: &str) -> Result<Option<Vec<u8>>, super::Error> {
-        if let Some(v) = KEPT.with_borrow_mut(|k| k.get(b.id, key, epoch)) {
-            return Ok(v);
-        }
-        // (What the call wrote is kept too, unless the kept values started over since.)
-        if let Some(v) = CALL.with_borrow(|c| c[b.id].get(key)) {
-            return Ok(v);
-        }
+        let h = match CALLS.with_borrow_mut(|c| {
+            let h = c.hash.of(key.as_bytes());
+            // (What the call wrote is kept too, unless the kept values started over since.)
+            c.kept
+                .get(b.id, h, key, epoch)
+                .or_else(|| c.writes[b.id].get(h, key))
+                .ok_or(h)
+        }) {
+            Ok(v) => return Ok(v),
+            Err(h) => h,
+        };
         let v = b.bucket.get(key).map_err(error)?;
-        keep(b, key, v.as_deref());
+        CALLS.with_borrow_mut(|c| c.kept.put(b.id, h, key, v.as_deref(), epoch));
         Ok(v)
     }
 
@@ -979,8 +1147,7 @@ mod host {
         if !IN_CALL.get() || value.len() as u64 > max_value() {
             return direct(b, key, Some(value));
         }
-        CALL.with_borrow_mut(|c| c[b.id].write(key, Some(value)));
-        keep(b, key, Some(value));
+        write(b, key, Some(value));
         Ok(())
     }
 
@@ -988,9 +1155,17 @@ mod host {
         if !IN_CALL.get() {
             return direct(b, key, None);
         }
-        CALL.with_borrow_mut(|c| c[b.id].write(key, None));
-        keep(b, key, None);
+        write(b, key, None);
         Ok(())
+    }
+
+    /// A write that joins the call's (sent when it returns), and is kept.
+    fn write(b: &Open, key: &str, value: Option<&[u8]>) {
+        CALLS.with_borrow_mut(|c| {
+            let h = c.hash.of(key.as_bytes());
+            c.writes[b.id].write(h, key, value);
+            c.kept.put(b.id, h, key, value, epoch);
+        });
     }
 
     /// A write the host answers at once: outside a call (in `init` it refuses: state is open
@@ -1003,9 +1178,18 @@ mod host {
             None => b.bucket.delete(key),
         }
         .map_err(error)?;
-        CALL.with_borrow_mut(|c| c[b.id].forget(key));
-        keep(b, key, value);
+        took(b, key, value);
         Ok(())
+    }
+
+    /// The host took a write of `key` itself: the call's earlier one is not sent, and the
+    /// value is kept.
+    fn took(b: &Open, key: &str, value: Option<&[u8]>) {
+        CALLS.with_borrow_mut(|c| {
+            let h = c.hash.of(key.as_bytes());
+            c.writes[b.id].forget(h, key);
+            c.kept.put(b.id, h, key, value, epoch);
+        });
     }
 
     pub fn set_many(b: &Open, pairs: &[(&str, &[u8])]) -> Result<(), super::Error> {
@@ -1017,16 +1201,10 @@ mod host {
                 .collect();
             crate::__private::bindings::wasi::keyvalue::batch::set_many(&b.bucket, &owned)
                 .map_err(error)?;
-            CALL.with_borrow_mut(|c| pairs.iter().for_each(|(k, _)| c[b.id].forget(k)));
-            pairs.iter().for_each(|(k, v)| keep(b, k, Some(v)));
+            pairs.iter().for_each(|(k, v)| took(b, k, Some(v)));
             return Ok(());
         }
-        CALL.with_borrow_mut(|c| {
-            for (k, v) in pairs {
-                c[b.id].write(k, Some(v));
-            }
-        });
-        pairs.iter().for_each(|(k, v)| keep(b, k, Some(v)));
+        pairs.iter().for_each(|(k, v)| write(b, k, Some(v)));
         Ok(())
     }
 
@@ -1047,9 +1225,8 @@ mod host {
     /// they stay, sent, for the call's later reads.
     fn send_writes(forget: bool) -> Result<(), String> {
         let buckets = OPEN.with_borrow(|o| o.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>());
-        for (id, bucket) in buckets.iter().enumerate() {
-            CALL.with_borrow_mut(|c| {
-                let w = &mut c[id];
+        CALLS.with_borrow_mut(|c| {
+            for (w, bucket) in c.writes.iter_mut().zip(&buckets) {
                 if w.has_unsent() {
                     state_limits::write_packed(bucket, &w.unsent())
                         .map_err(|e| error(e).to_string())?;
@@ -1059,10 +1236,9 @@ mod host {
                 } else {
                     w.mark_sent();
                 }
-                Ok::<_, String>(())
-            })?;
-        }
-        Ok(())
+            }
+            Ok(())
+        })
     }
 
     /// The call returns (`send`: its writes go to the host first), or a new one begins (not
@@ -1073,8 +1249,10 @@ mod host {
                 panic!("weir: the call's state writes could not be sent: {e}");
             }
         }
-        CALL.with_borrow_mut(|c| c.iter_mut().for_each(Writes::clear));
-        KEPT.with_borrow_mut(Kept::begin_call);
+        CALLS.with_borrow_mut(|c| {
+            c.writes.iter_mut().for_each(Writes::clear);
+            c.kept.begin_call();
+        });
         IN_CALL.set(!send);
     }
 
