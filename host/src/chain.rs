@@ -514,6 +514,10 @@ impl Chain {
                 out.rejects.retain(|r| r.env.offset < f.offset);
             }
         }
+        if self.stages.is_empty() {
+            // No stage: every message passes.
+            passed = (0..input.messages().len()).map(Passed::Kept).collect();
+        }
         if let Input::Owned(_) = input {
             out.outputs = input.pick(std::mem::take(&mut passed));
         }
