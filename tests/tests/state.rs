@@ -746,6 +746,14 @@ fn state_list(s: &Scratch, stage: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The `value` of each line of `out.jsonl`, in order.
+fn out_values(s: &Scratch) -> Vec<Value> {
+    s.read_jsonl("out.jsonl")
+        .iter()
+        .map(|l| l["value"].clone())
+        .collect()
+}
+
 /// Each key of stage `stage`'s store and its number.
 fn stored_ints(s: &Scratch, stage: &str) -> BTreeMap<String, i64> {
     state_list(s, stage)
@@ -815,12 +823,7 @@ fn a_canary_candidates_writes_for_a_message_it_failed_on_are_not_kept() {
         "mode: canary, by: key, share: 100%, observe: 1000000 messages, rollback_when: { reject_rate: off }",
     );
     run_ok(&s);
-    let out: Vec<Value> = s
-        .read_jsonl("out.jsonl")
-        .iter()
-        .map(|l| l["value"].clone())
-        .collect();
-    assert_eq!(out, ["1", "2"], "the candidate's answers (keep)");
+    assert_eq!(out_values(&s), ["1", "2"], "the candidate's answers (keep)");
     assert_eq!(
         s.read_jsonl("rejected.jsonl").len(),
         2,
@@ -835,5 +838,43 @@ fn a_canary_candidates_writes_for_a_message_it_failed_on_are_not_kept() {
             ("2".to_owned(), 1)
         ]),
         "only the writes of the candidate's delivered answers"
+    );
+}
+
+#[test]
+fn a_stateful_first_stage_feeds_a_second_and_a_fail_keeps_only_the_delivered_writes() {
+    // The stateful run lends its batch: the first stage's kept messages are copied out of it
+    // for the second, its reject taken from it, and after `fail` the messages before it run
+    // again from the same batch.
+    let s = scratch!();
+    let input: Vec<Value> = ["a", "reject", "b", "fail", "c"]
+        .iter()
+        .map(|v| json!({"key": "k", "value": v}))
+        .collect();
+    s.jsonl("in.jsonl", &input);
+    let stages = stateful(
+        "m",
+        MISBEHAVE,
+        "{ buckets: [seen] }",
+        &[("count_in", "seen")],
+    ) + &weir_tests::stage("p", weir_tests::plugins::PASSTHROUGH, &[]);
+    jsonl_pipeline(&s, &stages);
+    let out = s.run(&["run", "p.yaml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a fail stops the run: {stderr}");
+    assert!(stderr.contains("asked to fail"), "{stderr}");
+    assert_eq!(out_values(&s), ["a", "b"], "through both stages, in order");
+    let rejected = s.read_jsonl("rejected.jsonl");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert!(rejected[0].to_string().contains("reject"), "{rejected:?}");
+    assert_eq!(
+        stored_ints(&s, "m"),
+        BTreeMap::from([
+            ("seen".to_owned(), 3),
+            ("a".to_owned(), 1),
+            ("reject".to_owned(), 1),
+            ("b".to_owned(), 1)
+        ]),
+        "the writes of the delivered messages (the reject's included), none of `fail`'s or after"
     );
 }
