@@ -638,19 +638,25 @@ fn on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
     assert_exact_totals(&b, &orders, &s);
 }
 
-/// A local pipeline of `running-total` (stage `total`) with the rollout `policy` (the flow
-/// mapping's fields) of a `misbehave` candidate that counts in its bucket (`count_in`).
-fn total_with_misbehave_candidate(s: &Scratch, policy: &str) {
+/// A local pipeline of one stage (`name`, running `plugin`, state in `bucket`, config
+/// `count_in: bucket`) with the rollout `policy` (the flow mapping's fields) of a `misbehave`
+/// candidate, which counts in the same bucket.
+fn with_misbehave_candidate(s: &Scratch, name: &str, plugin: &str, bucket: &str, policy: &str) {
     let mut stage = stateful(
-        "total",
-        RUNNING_TOTAL,
-        "{ buckets: [totals] }",
-        &[("count_in", "totals")],
+        name,
+        plugin,
+        &format!("{{ buckets: [{bucket}] }}"),
+        &[("count_in", bucket)],
     );
     stage.push_str(&format!(
         "    rollout: {{ candidate: {MISBEHAVE}, {policy} }}\n"
     ));
     jsonl_pipeline(s, &stage);
+}
+
+/// [`with_misbehave_candidate`] for `running-total` (stage `total`, bucket `totals`).
+fn total_with_misbehave_candidate(s: &Scratch, policy: &str) {
+    with_misbehave_candidate(s, "total", RUNNING_TOTAL, "totals", policy);
 }
 
 #[test]
@@ -778,16 +784,13 @@ fn a_canary_candidate_and_the_live_version_count_in_one_state_exactly_once() {
         .map(|i| json!({"key": format!("k{}", i % 7), "value": words[(i * 7 / 5) % 3]}))
         .collect();
     s.jsonl("in.jsonl", &input);
-    let mut stage = stateful(
+    with_misbehave_candidate(
+        &s,
         "m",
         MISBEHAVE,
-        "{ buckets: [counts] }",
-        &[("count_in", "counts")],
+        "counts",
+        "mode: canary, by: key, share: 50%, observe: 1000000 messages, rollback_when: { reject_rate: off }",
     );
-    stage.push_str(&format!(
-        "    rollout:\n      mode: canary\n      by: key\n      share: 50%\n      candidate: {MISBEHAVE}\n      observe: 1000000 messages\n      rollback_when: {{ reject_rate: off }}\n"
-    ));
-    jsonl_pipeline(&s, &stage);
     let yaml = std::fs::read_to_string(s.path("p.yaml")).unwrap();
     // Small batches: many calls of each instance, the other's in between.
     s.write("p.yaml", &format!("{yaml}batch: {{ max_messages: 64 }}\n"));
