@@ -1663,6 +1663,50 @@ fn state_fail_trap_and_timeout_in_the_middle_of_a_batch_leave_no_writes_of_undel
 }
 
 #[test]
+fn state_with_a_changelog_a_fail_after_commits_rolls_back_to_the_committed_values_not_yet_in_the_store(
+) {
+    // With a changelog the store takes the committed writes only now and then (the first
+    // commit, then every few seconds): between, each key's committed value waits in memory.
+    // A run that writes such a key and fails must give it that value back, not the store's
+    // older one, or the messages run again count from the wrong number.
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        options(),
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| last_commit(w, &p(0)) == Some(3)),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| last_commit(w, &p(0)) == Some(6)),
+            Step::Append(p(0), vec!["ok", "ok", "fail", "ok"]),
+        ],
+        None,
+    );
+    let f = out.controller.failure.as_ref().expect("the stage failed");
+    assert_eq!(f.offset, 8);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    assert_eq!(last_commit(&w, &p(0)), Some(8));
+    drop(w);
+    end_state(&shared);
+    let b = {
+        with_state(&shared, dir.path(), true);
+        shared.state.lock().unwrap().clone().unwrap()
+    };
+    assert_eq!(
+        b.store().checkpoint(&p(0)).unwrap().source_next,
+        Some(8),
+        "the store took the committed writes when the process ended"
+    );
+    assert_eq!(stored_counts(&b, &p(0)), counts(&[("seen", 8), ("ok", 8)]));
+}
+
+#[test]
 fn state_a_commit_never_splits_a_batch_call_whose_writes_belong_to_all_its_messages() {
     // One packed call answers ten messages and writes once for all of them; the sink
     // acknowledges five, then the partition is revoked: a commit at 5 would put the call's

@@ -6,6 +6,10 @@
 //! the writes of the chain run in progress (the *run*). A run that fails is rolled back
 //! through each write's pointer to the key's previous write; a run that succeeds only moves
 //! the boundary. So a write costs one map insert and a read one map lookup.
+//!
+//! A commit *settles* the writes below it: each key's last one moves to `pending` (the
+//! committed values the store has not taken yet) and the rest are dropped, so the log holds
+//! the writes since the last commit, not every write since the store last took them.
 
 use std::collections::VecDeque;
 
@@ -22,7 +26,7 @@ pub type SlotMap<V> = hashbrown::HashMap<Slot, V, foldhash::fast::RandomState>;
 
 /// A [`Slot`] borrowed for a lookup: a read needs no `Arc` of its key. It hashes as the
 /// slot does (the bucket, then the key's text), so a [`SlotMap`] finds it.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SlotRef<'a>(pub u16, pub &'a str);
 
 impl<'a> SlotRef<'a> {
@@ -89,6 +93,9 @@ impl Entry {
 enum Latest {
     /// The write with this sequence number, in the log.
     Write(u64, Option<Encoded>),
+    /// A committed write that left the log: its value, also in [`Log::pending`], not in the
+    /// store yet.
+    Committed(Option<Encoded>),
     /// The store's encoded value (none: absent), as read or as last flushed.
     Stored(Option<Encoded>),
 }
@@ -115,6 +122,8 @@ pub struct Log {
     map: SlotMap<Latest>,
     /// How many values of `map` are [`Latest::Stored`].
     stored: usize,
+    /// Each key's last settled write ([`Self::settle_below`]): committed, not in the store yet.
+    pending: SlotMap<Option<Encoded>>,
 }
 
 impl Log {
@@ -140,7 +149,7 @@ impl Log {
                 self.stored -= 1;
                 NONE
             }
-            None => NONE,
+            Some(Latest::Committed(_)) | None => NONE,
         };
         e.next = NONE;
         self.entries.push_back(e);
@@ -149,7 +158,7 @@ impl Log {
     /// What the log knows of `slot`'s value.
     pub fn get(&self, slot: SlotRef<'_>) -> Found<'_> {
         match self.map.get(&slot) {
-            Some(Latest::Write(_, v)) => Found::Written(v.as_deref()),
+            Some(Latest::Write(_, v) | Latest::Committed(v)) => Found::Written(v.as_deref()),
             Some(Latest::Stored(v)) => Found::Stored(v.as_deref()),
             None => Found::Unknown,
         }
@@ -169,7 +178,7 @@ impl Log {
 
     /// Forgets every store value remembered (the store changed under the log).
     pub fn forget_stored(&mut self) {
-        self.map.retain(|_, l| matches!(l, Latest::Write(..)));
+        self.map.retain(|_, l| !matches!(l, Latest::Stored(_)));
         self.stored = 0;
     }
 
@@ -190,9 +199,16 @@ impl Log {
                     let value = before.value.clone();
                     self.map.insert(e.slot, Latest::Write(e.prev, value));
                 }
-                None => {
-                    self.map.remove(&SlotRef::of(&e.slot));
-                }
+                // The key's write before is settled (its value is pending) or in the store.
+                None => match self.pending.get(&SlotRef::of(&e.slot)) {
+                    Some(v) => {
+                        let v = v.clone();
+                        self.map.insert(e.slot, Latest::Committed(v));
+                    }
+                    None => {
+                        self.map.remove(&SlotRef::of(&e.slot));
+                    }
+                },
             }
         }
     }
@@ -249,46 +265,80 @@ impl Log {
         (last, end)
     }
 
-    /// Removes the kept writes tagged below `next` (tags never decrease) and hands each key's
-    /// last among them to `apply`, in the order they were made (the store takes them). When
-    /// it succeeds, the map remembers those values as the store's (while it holds fewer than
-    /// `cap`; past that a key is forgotten and read from the store again); when it fails, it
-    /// forgets those keys.
+    /// The kept writes tagged below `next` (tags never decrease: a commit at `next`) leave
+    /// the log: each key's last among them becomes its pending value, replacing the one
+    /// before, and a read of a key whose latest write that was finds it there.
+    pub fn settle_below(&mut self, next: i64) {
+        let n = self.kept().take_while(|e| e.tag < next).count();
+        if n == 0 {
+            return;
+        }
+        let Log {
+            entries,
+            base,
+            map,
+            pending,
+            ..
+        } = self;
+        let end = *base + n as u64;
+        for (seq, e) in (*base..).zip(entries.drain(..n)) {
+            if !e.last_before(end) {
+                continue;
+            }
+            if let Some(l) = map.get_mut(&SlotRef::of(&e.slot)) {
+                if matches!(l, Latest::Write(s, _) if *s == seq) {
+                    *l = Latest::Committed(e.value.clone());
+                }
+            }
+            pending.insert(e.slot, e.value);
+        }
+        *base = end;
+    }
+
+    /// Settles the kept writes tagged below `next` ([`Self::settle_below`]) and hands every
+    /// pending value to `apply`, sorted by bucket and key (the store takes them). When it
+    /// succeeds they are no longer pending, and the map remembers them as the store's (while
+    /// it holds fewer than `cap`; past that a key is forgotten and read from the store
+    /// again); when it fails, they stay pending, for the next drain.
     pub fn drain_below<E>(
         &mut self,
         next: i64,
         cap: usize,
-        apply: impl FnOnce(&[&Entry]) -> Result<(), E>,
+        apply: impl FnOnce(&[(&Slot, Option<&[u8]>)]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let n = self.kept().take_while(|e| e.tag < next).count();
-        let end = self.base + n as u64;
-        let first = self.base;
-        // Each key's last write, by its place in the log (the drained writes are looked at
-        // where they are, not moved out first: a flush drains up to `FLUSH_WRITES` of them).
-        let last: Vec<usize> = (0..n)
-            .filter(|&i| self.entries[i].last_before(end))
+        self.settle_below(next);
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut changes: Vec<(Slot, Option<Encoded>)> = self.pending.drain().collect();
+        changes.sort_unstable_by(|a, b| SlotRef::of(&a.0).cmp(&SlotRef::of(&b.0)));
+        let view: Vec<(&Slot, Option<&[u8]>)> = changes
+            .iter()
+            .map(|(slot, v)| (slot, v.as_deref()))
             .collect();
-        let applied = apply(&last.iter().map(|&i| &self.entries[i]).collect::<Vec<_>>());
-        for i in last {
-            let e = &self.entries[i];
-            let seq = first + i as u64;
-            let Some(l) = self.map.get_mut(&SlotRef::of(&e.slot)) else {
+        if let Err(e) = apply(&view) {
+            drop(view);
+            self.pending.extend(changes);
+            return Err(e);
+        }
+        drop(view);
+        for (slot, v) in changes {
+            let at = SlotRef::of(&slot);
+            let Some(l) = self.map.get_mut(&at) else {
                 continue;
             };
-            if !matches!(l, Latest::Write(s, _) if *s == seq) {
+            if !matches!(l, Latest::Committed(_)) {
                 // A later write is the key's value.
                 continue;
             }
-            if applied.is_ok() && self.stored < cap {
-                *l = Latest::Stored(e.value.clone());
+            if self.stored < cap {
+                *l = Latest::Stored(v);
                 self.stored += 1;
             } else {
-                self.map.remove(&SlotRef::of(&e.slot));
+                self.map.remove(&at);
             }
         }
-        self.entries.drain(..n);
-        self.base = end;
-        applied
+        Ok(())
     }
 
     /// The sequence number of the oldest write still in the log (every write ever pushed
@@ -312,6 +362,11 @@ impl Log {
         self.entries.len()
     }
 
+    /// Number of settled writes the store has not taken.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Number of store values remembered.
     pub fn remembered(&self) -> usize {
         self.stored
@@ -323,7 +378,7 @@ impl Log {
             .iter()
             .filter(move |(s, _)| s.0 == bucket)
             .filter_map(|(s, l)| match l {
-                Latest::Write(_, v) => Some((&*s.1, v.as_deref())),
+                Latest::Write(_, v) | Latest::Committed(v) => Some((&*s.1, v.as_deref())),
                 Latest::Stored(_) => None,
             })
     }
@@ -339,6 +394,20 @@ mod tests {
 
     fn written(v: &str) -> Found<'_> {
         Found::Written(Some(v.as_bytes()))
+    }
+
+    /// Drains `l` below `next` into a store that takes everything: what it was given.
+    fn drain(l: &mut Log, next: i64) -> Vec<(String, Option<Vec<u8>>)> {
+        let mut applied = Vec::new();
+        l.drain_below(next, 10, |c| {
+            applied = c
+                .iter()
+                .map(|(s, v)| (s.1.to_string(), v.map(<[u8]>::to_vec)))
+                .collect();
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        applied
     }
 
     fn kept(writes: &[(i64, &str, Option<&str>)]) -> Log {
@@ -514,13 +583,8 @@ mod tests {
             (3, "a", Some("3")),
             (4, "b", Some("4")),
         ]);
-        let mut applied = Vec::new();
-        l.drain_below(4, 10, |c| {
-            applied = c.iter().map(|e| (e.tag, e.slot.1.to_string())).collect();
-            Ok::<_, ()>(())
-        })
-        .unwrap();
-        assert_eq!(applied, [(2, "b".into()), (3, "a".into())]);
+        let v = |k: &str, v: &str| (k.to_string(), Some(v.as_bytes().to_vec()));
+        assert_eq!(drain(&mut l, 4), [v("a", "3"), v("b", "2")], "by key");
         assert_eq!(l.get(SlotRef(0, "a")), Found::Stored(Some(b"3")));
         assert_eq!(
             l.get(SlotRef(0, "b")),
@@ -533,16 +597,73 @@ mod tests {
         assert_eq!(l.remembered(), 0, "a write replaces the stored value");
         l.drop_from(0);
         assert_eq!(l.get(SlotRef(0, "a")), Found::Unknown);
-        // A store that fails: the keys it did not take are read from it again.
+        // A store that fails: the values stay pending, reads see them, the next drain
+        // applies them.
         l.push(e(6, "c", Some("6")));
         l.keep_run();
         assert_eq!(
             l.drain_below(100, 10, |_| Err("disk full")),
             Err("disk full")
         );
-        assert_eq!(l.get(SlotRef(0, "b")), Found::Unknown);
-        assert_eq!(l.get(SlotRef(0, "c")), Found::Unknown);
+        assert_eq!(l.get(SlotRef(0, "b")), written("4"));
+        assert_eq!(l.get(SlotRef(0, "c")), written("6"));
         assert!(l.is_empty());
+        assert_eq!(l.pending(), 2);
+        assert_eq!(drain(&mut l, 100), [v("b", "4"), v("c", "6")]);
+        assert_eq!(l.pending(), 0);
+        assert_eq!(l.get(SlotRef(0, "c")), Found::Stored(Some(b"6")));
+    }
+
+    #[test]
+    fn a_commit_settles_each_keys_last_write_below_it_and_reads_and_rollbacks_see_it() {
+        let mut l = kept(&[
+            (1, "a", Some("1")),
+            (2, "a", Some("2")),
+            (2, "b", Some("2")),
+            (3, "a", Some("3")),
+        ]);
+        l.remember(SlotRef(0, "s"), Some(b"stored"[..].into()), 10);
+        l.settle_below(3);
+        assert_eq!(l.len(), 1, "only the write at 3 is left in the log");
+        assert_eq!(l.pending(), 2, "a's write at 2 and b's");
+        assert_eq!(l.get(SlotRef(0, "a")), written("3"), "its later write");
+        assert_eq!(
+            l.get(SlotRef(0, "b")),
+            written("2"),
+            "settled, not stored yet"
+        );
+        l.forget_stored();
+        assert_eq!(l.get(SlotRef(0, "s")), Found::Unknown);
+        assert_eq!(
+            l.get(SlotRef(0, "b")),
+            written("2"),
+            "a settled value is not a cached one: it is not forgotten"
+        );
+        let mut listed: Vec<_> = l.latest_of(0).collect();
+        listed.sort();
+        assert_eq!(
+            listed,
+            [("a", Some(&b"3"[..])), ("b", Some(&b"2"[..]))],
+            "settled values are listed (the store has not got them)"
+        );
+        // A run that writes b and is dropped: b is its settled value again.
+        l.push(e(4, "b", None));
+        assert_eq!(l.get(SlotRef(0, "b")), Found::Written(None));
+        l.drop_from(0);
+        assert_eq!(l.get(SlotRef(0, "b")), written("2"));
+        // A commit past a's write at 3, then a's run write dropped: a is 3 again.
+        l.settle_below(4);
+        assert!(l.is_empty());
+        l.push(e(5, "a", Some("5")));
+        l.drop_from(0);
+        assert_eq!(l.get(SlotRef(0, "a")), written("3"));
+        let v = |k: &str, v: &str| (k.to_string(), Some(v.as_bytes().to_vec()));
+        assert_eq!(
+            drain(&mut l, 100),
+            [v("a", "3"), v("b", "2")],
+            "each key once, its last value"
+        );
+        assert_eq!(l.get(SlotRef(0, "a")), Found::Stored(Some(b"3")));
     }
 
     #[test]

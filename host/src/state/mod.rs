@@ -511,8 +511,9 @@ impl PartitionState {
     /// The partition's offsets below `next` are committed: their writes go to the store. A
     /// store backed by a changelog takes them in larger, rarer transactions (every
     /// `FLUSH_EVERY`, at `FLUSH_WRITES` writes waiting, when the partition leaves, and
-    /// when the process ends), each key's last write only; until then they stay in the
-    /// pending log, where reads find them. A crash in between loses nothing: the store's
+    /// when the process ends), each key's last write only; until then each key's last
+    /// committed write waits in memory (the log's pending values: the commit settles the
+    /// writes below it), where reads find it. A crash in between loses nothing: the store's
     /// checkpoint says where the changelog picks up. A local source's store (no changelog) is
     /// the state itself and takes every commit.
     pub fn commit(&self, next: i64) -> Result<(), StoreError> {
@@ -535,8 +536,10 @@ impl PartitionState {
                 }
             }
         }
+        // The committed writes leave the log: each key's last waits for the store.
+        g.log.settle_below(next);
         let due = !self.store.has_changelog()
-            || g.log.len() >= FLUSH_WRITES
+            || g.log.len() + g.log.pending() >= FLUSH_WRITES
             || g.flushed.is_none_or(|t| t.elapsed() >= FLUSH_EVERY);
         if due {
             self.flush_locked(&mut g)?;
@@ -558,27 +561,24 @@ impl PartitionState {
             return Ok(());
         };
         let Inner {
-            log,
-            checkpoint,
-            version,
-            ..
+            log, checkpoint, ..
         } = g;
         let drained = log.drain_below(next, CACHE_ENTRIES, |last| {
             let changes: Vec<store::Change<'_>> = last
                 .iter()
-                .map(|e| {
+                .map(|(slot, value)| {
                     (
-                        self.spec.buckets[e.slot.0 as usize].as_str(),
-                        &*e.slot.1,
-                        e.value.as_deref(),
+                        self.spec.buckets[slot.0 as usize].as_str(),
+                        &*slot.1,
+                        *value,
                     )
                 })
                 .collect();
             self.store.apply(&self.key, &changes, checkpoint)
         });
         if drained.is_err() {
-            // The drained writes are in neither the log nor the store.
-            *version += 1;
+            // The writes stay pending (reads see them): the next flush tries again.
+            g.dirty = true;
         }
         drained
     }
