@@ -586,6 +586,15 @@ impl Chain {
         })
     }
 
+    /// Per stage that keeps state, in chain order: the bytes its state holds in the host's
+    /// memory over this process's partitions ([`crate::state::StageBuckets::held_bytes`]).
+    pub fn state_memory(&self) -> impl Iterator<Item = (&str, u64)> + '_ {
+        self.stages.iter().filter_map(|s| {
+            let b = s.slot.spec.state.as_ref()?;
+            Some((&*s.slot.spec.name, b.held_bytes()))
+        })
+    }
+
     /// Per-stage counts and sandbox events, in chain order.
     pub fn stats(&self) -> Vec<StageStats> {
         self.stages

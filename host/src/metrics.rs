@@ -74,6 +74,8 @@ pub struct Metrics {
     pub state_writes: prometheus::IntCounter,
     /// Linear memory of each stage's instances now, summed over drivers, bytes.
     pub stage_memory: IntGaugeVec,
+    /// What each stateful stage's state holds in the host's memory now, bytes.
+    pub state_memory: IntGaugeVec,
     /// The most `stage_memory` has been, bytes.
     pub stage_memory_peak: IntGaugeVec,
     /// Instances replaced after reaching the stage's memory cap.
@@ -136,6 +138,11 @@ impl Metrics {
             stage_memory: gauge_vec(
                 "weir_stage_memory_bytes",
                 "Linear memory of the stage's instances now (summed over drivers), bytes.",
+                &["stage"],
+            ),
+            state_memory: gauge_vec(
+                "weir_state_memory_bytes",
+                "What a stateful stage's state holds in the host's memory over this process's partitions: writes since the last commit, committed values the store has not taken yet, store values remembered (keys, values and about 100 bytes each), bytes.",
                 &["stage"],
             ),
             stage_memory_peak: gauge_vec(
@@ -488,6 +495,26 @@ impl Metrics {
                     .inc_by(recycled - prev.1);
             }
             *prev = (bytes, recycled);
+        }
+    }
+
+    /// The stateful stages' state memory now (process totals: any driver sets them; `last`
+    /// holds what this driver set before, so an unchanged value costs no label lookup).
+    pub fn set_state_memory<'a>(
+        &self,
+        stages: impl Iterator<Item = (&'a str, u64)>,
+        last: &mut Vec<u64>,
+    ) {
+        for (i, (name, bytes)) in stages.enumerate() {
+            if last.len() <= i {
+                last.resize(i + 1, u64::MAX);
+            }
+            if last[i] != bytes {
+                self.state_memory
+                    .with_label_values(&[name])
+                    .set(bytes.min(i64::MAX as u64) as i64);
+                last[i] = bytes;
+            }
         }
     }
 

@@ -671,6 +671,40 @@ fn a_local_pipeline_serves_metrics_and_health() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// What a stateful stage's state holds in the host's memory shows on `/metrics`: after ten
+/// messages counting into six keys (`seen` and five values), at least those keys' values and
+/// at most every write of the ten messages plus the remembered values.
+#[test]
+fn a_stateful_stages_state_memory_shows_on_metrics() {
+    let s = scratch!();
+    let lines: Vec<String> = (0..10)
+        .map(|i| format!(r#"{{"value": "v{}"}}"#, i % 5))
+        .collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let (child, stdin, port) = live_with_metrics(
+        &s,
+        "    config: { count_in: counts }\n    state: { buckets: [counts] }\n",
+        "",
+        &lines,
+    );
+    let body = metrics_when(port, "ten messages through the stage", |b| {
+        weir_tests::gauge(b, "weir_stage_messages_total{outcome=\"keep\",stage=\"m\"}")
+            == Some(10.0)
+    });
+    let held = weir_tests::gauge(&body, "weir_state_memory_bytes{stage=\"m\"}")
+        .expect("weir_state_memory_bytes for the stateful stage");
+    // Per value: 112 bytes of overhead, the key, the 8-byte write time and the 8-byte count
+    // (what the host's `state::log::Log::held_bytes` counts).
+    let (keys, writes) = (6.0, 20.0);
+    assert!(
+        (keys * 112.0..=(writes + keys) * (112.0 + 4.0 + 16.0)).contains(&held),
+        "weir_state_memory_bytes {held}"
+    );
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// An instance recycled at its memory cap shows on `/metrics`: the recycles, and the
 /// high-water mark of the stage's memory near the cap.
 #[test]

@@ -197,6 +197,7 @@ pub fn spawn(setup: DriverSetup) -> std::thread::JoinHandle<Vec<StageStats>> {
                 lanes: Vec::new(),
                 last_counts: Vec::new(),
                 last_memory: Vec::new(),
+                last_state_memory: Vec::new(),
                 broken: false,
             };
             // A panic must not leave the controller waiting on lanes nobody serves: it is
@@ -229,6 +230,8 @@ struct Driver {
     last_counts: Vec<[u64; 7]>,
     /// Each stage's memory and recycles as last reported to the metrics.
     last_memory: Vec<(u64, u64)>,
+    /// Each stateful stage's state memory as this driver last set it in the metrics.
+    last_state_memory: Vec<u64>,
     /// A transaction failed while serving a control message: stop.
     broken: bool,
 }
@@ -241,6 +244,9 @@ impl Driver {
         self.s
             .metrics
             .add_stage_memory(self.s.chain.memory(), &mut self.last_memory);
+        self.s
+            .metrics
+            .set_state_memory(self.s.chain.state_memory(), &mut self.last_state_memory);
         let mut stopping: Option<bool> = None;
         loop {
             loop {
@@ -755,6 +761,7 @@ impl Driver {
         }
         m.add_stage_counts(self.s.chain.tallies(), &mut self.last_counts);
         m.add_stage_memory(self.s.chain.memory(), &mut self.last_memory);
+        m.set_state_memory(self.s.chain.state_memory(), &mut self.last_state_memory);
         if let Some(f) = out.failure {
             // Exactly-once: nothing of the partition's open transaction becomes visible.
             if let (Some(t), Some(_)) = (&self.s.transactions, l.txn.take()) {

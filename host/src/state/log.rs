@@ -50,6 +50,15 @@ impl hashbrown::Equivalent<Slot> for SlotRef<'_> {
 /// No write (a sequence number no write has).
 const NONE: u64 = u64::MAX;
 
+/// Bytes a value held in memory counts for besides its key and value (its log entry or map
+/// slot and the two shared allocations, roughly).
+const HELD_OVERHEAD: usize = 112;
+
+/// Bytes a value of `slot` held in memory counts for ([`Log::held_bytes`]).
+fn held(slot: &Slot, value: &Option<Encoded>) -> usize {
+    HELD_OVERHEAD + slot.1.len() + value.as_ref().map_or(0, |v| v.len())
+}
+
 /// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -124,6 +133,9 @@ pub struct Log {
     stored: usize,
     /// Each key's last settled write ([`Self::settle_below`]): committed, not in the store yet.
     pending: SlotMap<Option<Encoded>>,
+    /// Bytes the writes, the pending values and the remembered store values count for (a
+    /// value shared by a write and the map counts once).
+    held: usize,
 }
 
 impl Log {
@@ -134,6 +146,7 @@ impl Log {
     /// Appends a write to the chain run in progress.
     pub fn push(&mut self, mut e: Entry) {
         let seq = self.end();
+        self.held += held(&e.slot, &e.value);
         e.prev = match self
             .map
             .insert(e.slot.clone(), Latest::Write(seq, e.value.clone()))
@@ -145,8 +158,9 @@ impl Log {
                 }
                 None => NONE,
             },
-            Some(Latest::Stored(_)) => {
+            Some(Latest::Stored(before)) => {
                 self.stored -= 1;
+                self.held -= held(&e.slot, &before);
                 NONE
             }
             Some(Latest::Committed(_)) | None => NONE,
@@ -171,14 +185,24 @@ impl Log {
             self.forget_stored();
         }
         if self.map.get(&slot).is_none() {
-            self.map.insert(slot.to_slot(), Latest::Stored(stored));
+            let slot = slot.to_slot();
+            self.held += held(&slot, &stored);
+            self.map.insert(slot, Latest::Stored(stored));
             self.stored += 1;
         }
     }
 
     /// Forgets every store value remembered (the store changed under the log).
     pub fn forget_stored(&mut self) {
-        self.map.retain(|_, l| !matches!(l, Latest::Stored(_)));
+        let mut freed = 0;
+        self.map.retain(|slot, l| match l {
+            Latest::Stored(v) => {
+                freed += held(slot, v);
+                false
+            }
+            _ => true,
+        });
+        self.held -= freed;
         self.stored = 0;
     }
 
@@ -193,6 +217,7 @@ impl Log {
         let from = from.max(self.run);
         while self.end() > from {
             let e = self.entries.pop_back().expect("a write of the run");
+            self.held -= held(&e.slot, &e.value);
             match self.at_mut(e.prev) {
                 Some(before) => {
                     before.next = NONE;
@@ -278,11 +303,13 @@ impl Log {
             base,
             map,
             pending,
+            held: bytes,
             ..
         } = self;
         let end = *base + n as u64;
         for (seq, e) in (*base..).zip(entries.drain(..n)) {
             if !e.last_before(end) {
+                *bytes -= held(&e.slot, &e.value);
                 continue;
             }
             if let Some(l) = map.get_mut(&SlotRef::of(&e.slot)) {
@@ -290,7 +317,11 @@ impl Log {
                     *l = Latest::Committed(e.value.clone());
                 }
             }
-            pending.insert(e.slot, e.value);
+            // (The write's bytes are the pending value's now.)
+            let klen = e.slot.1.len();
+            if let Some(before) = pending.insert(e.slot, e.value) {
+                *bytes -= HELD_OVERHEAD + klen + before.map_or(0, |v| v.len());
+            }
         }
         *base = end;
     }
@@ -324,17 +355,21 @@ impl Log {
         drop(view);
         for (slot, v) in changes {
             let at = SlotRef::of(&slot);
-            let Some(l) = self.map.get_mut(&at) else {
+            let Some(l) = self
+                .map
+                .get_mut(&at)
+                .filter(|l| matches!(l, Latest::Committed(_)))
+            else {
+                // A later write is the key's value.
+                self.held -= held(&slot, &v);
                 continue;
             };
-            if !matches!(l, Latest::Committed(_)) {
-                // A later write is the key's value.
-                continue;
-            }
             if self.stored < cap {
+                // (Its bytes are the remembered value's now.)
                 *l = Latest::Stored(v);
                 self.stored += 1;
             } else {
+                self.held -= held(&slot, &v);
                 self.map.remove(&at);
             }
         }
@@ -365,6 +400,28 @@ impl Log {
     /// Number of settled writes the store has not taken.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Bytes of the writes, the pending values and the remembered store values held (keys
+    /// and values, and [`HELD_OVERHEAD`] each; roughly).
+    pub fn held_bytes(&self) -> usize {
+        self.held
+    }
+
+    /// [`Self::held_bytes`] counted anew.
+    #[cfg(test)]
+    fn recount(&self) -> usize {
+        let writes: usize = self.entries.iter().map(|e| held(&e.slot, &e.value)).sum();
+        let pending: usize = self.pending.iter().map(|(s, v)| held(s, v)).sum();
+        let stored: usize = self
+            .map
+            .iter()
+            .map(|(s, l)| match l {
+                Latest::Stored(v) => held(s, v),
+                _ => 0,
+            })
+            .sum();
+        writes + pending + stored
     }
 
     /// Number of store values remembered.
@@ -417,6 +474,53 @@ mod tests {
         }
         l.keep_run();
         l
+    }
+
+    #[test]
+    fn the_bytes_held_follow_every_operation() {
+        // A seeded walk over every operation that adds or drops a value: after each, the
+        // count kept as they happen equals the count made anew.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut l = Log::default();
+        let mut tag = 0;
+        let mut marks = Vec::new();
+        for step in 0..20_000 {
+            let key = format!("k{}", next(40));
+            match next(12) {
+                0..=4 => {
+                    let value = match next(4) {
+                        0 => None,
+                        n => Some(Encoded::from(vec![7u8; (n * 5) as usize])),
+                    };
+                    tag += next(2) as i64;
+                    l.push(Entry::new(tag, tag, (0, key.into()), value));
+                }
+                5 => l.keep_run(),
+                6 => marks.push(l.end()),
+                7 => l.drop_from(marks.pop().unwrap_or(0)),
+                8 => l.settle_below(tag - next(3) as i64),
+                9 => {
+                    let fails = next(3) == 0;
+                    let _ = l.drain_below(tag - next(3) as i64, 8, |_| {
+                        if fails {
+                            Err(())
+                        } else {
+                            Ok(())
+                        }
+                    });
+                }
+                10 => l.remember(SlotRef(0, &key), Some(Encoded::from(&b"stored"[..])), 8),
+                _ => l.forget_stored(),
+            }
+            assert_eq!(l.held_bytes(), l.recount(), "after step {step}");
+        }
+        assert!(l.held_bytes() > 0);
     }
 
     #[test]

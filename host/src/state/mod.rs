@@ -16,7 +16,7 @@ pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -156,6 +156,40 @@ pub struct PartitionState {
     /// with its outcomes.
     per_transaction: bool,
     inner: Mutex<Inner>,
+    /// The stage's bytes held in memory over its partitions ([`StageBuckets::held_bytes`]):
+    /// each release of `inner` adds what its log's changed by.
+    held: Arc<AtomicI64>,
+}
+
+/// `inner`, locked: when released, the stage's count of bytes held moves by what the log's
+/// changed by.
+struct Locked<'a> {
+    g: MutexGuard<'a, Inner>,
+    held: &'a AtomicI64,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.g
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let now = self.g.log.held_bytes();
+        if now != self.g.reported {
+            self.held
+                .fetch_add(now as i64 - self.g.reported as i64, Ordering::Relaxed);
+            self.g.reported = now;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -176,12 +210,16 @@ struct Inner {
     dirty: bool,
     /// Counts the changes to the values a read sees ([`PartitionState::version`]).
     version: u64,
+    /// The log's bytes held as last added to the stage's count ([`Locked`]).
+    reported: usize,
 }
 
 impl Drop for PartitionState {
     /// The process ends (or the partition left): what was committed goes to the store.
     fn drop(&mut self) {
         let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        self.held
+            .fetch_sub(std::mem::take(&mut g.reported) as i64, Ordering::Relaxed);
         if !g.dirty {
             return;
         }
@@ -194,8 +232,11 @@ impl Drop for PartitionState {
 }
 
 impl PartitionState {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> Locked<'_> {
+        Locked {
+            g: self.inner.lock().unwrap_or_else(|p| p.into_inner()),
+            held: &self.held,
+        }
     }
 
     /// The stage's spec.
@@ -597,6 +638,8 @@ pub struct StageBuckets {
     /// See [`PartitionState::take_changes`].
     per_transaction: std::sync::atomic::AtomicBool,
     parts: Mutex<HashMap<PartitionKey, Arc<PartitionState>>>,
+    /// Bytes its partitions' states hold in memory ([`Self::held_bytes`]).
+    held: Arc<AtomicI64>,
 }
 
 impl StageBuckets {
@@ -657,19 +700,25 @@ impl StageBuckets {
         Ok(Arc::new(PartitionState {
             key: key.clone(),
             generation,
-            uid: NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             spec: self.spec.clone(),
             store: self.store.clone(),
-            per_transaction: self
-                .per_transaction
-                .load(std::sync::atomic::Ordering::Relaxed),
+            per_transaction: self.per_transaction.load(Ordering::Relaxed),
             inner: Mutex::new(Inner {
                 checkpoint,
                 // The first commits need not reach the store at once either.
                 flushed: Some(std::time::Instant::now()),
                 ..Inner::default()
             }),
+            held: self.held.clone(),
         }))
+    }
+
+    /// Bytes the stage's state holds in memory over the partitions (and runs) open now:
+    /// writes since the last commit, committed values the store has not taken, store values
+    /// read and remembered (keys and values and about 100 bytes each; roughly).
+    pub fn held_bytes(&self) -> u64 {
+        self.held.load(Ordering::Relaxed).max(0) as u64
     }
 
     /// The partition left this process: what it had not committed is dropped (the next
@@ -755,6 +804,7 @@ impl StateRegistry {
                     store: Arc::new(store),
                     per_transaction: Default::default(),
                     parts: Mutex::new(HashMap::new()),
+                    held: Arc::default(),
                 }))
             })
             .collect::<Result<_, StoreError>>()?;
@@ -777,8 +827,7 @@ impl StateRegistry {
     ) {
         for s in &self.stages {
             s.store.set_cache_of_changelog(acks.clone());
-            s.per_transaction
-                .store(per_transaction, std::sync::atomic::Ordering::Relaxed);
+            s.per_transaction.store(per_transaction, Ordering::Relaxed);
         }
     }
 
@@ -882,5 +931,46 @@ mod tests {
             assert_eq!(&*shared, &encode(-3, &value)[..], "{len} bytes");
             assert_eq!(decode(&shared), (-3, &value[..]));
         }
+    }
+
+    #[test]
+    fn the_bytes_a_stage_holds_follow_its_partitions_writes_rollbacks_and_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = StateSpec {
+            stage: "s".into(),
+            buckets: vec!["b".into()],
+            ttl: None,
+            max_value: 1 << 20,
+            changelogs: vec!["t.s.b.changelog".into()],
+        };
+        let reg = StateRegistry::open_specs(dir.path(), vec![spec]).unwrap();
+        let stage = reg.stage("s").unwrap();
+        let write = |k: &str, v: &[u8]| ((0u16, Arc::<str>::from(k)), Some(encode_shared(1, v)));
+        let (k0, k1) = (PartitionKey::new("in", 0), PartitionKey::new("in", 1));
+        let p0 = stage.partition(&k0, 0).unwrap();
+        let p1 = stage.partition(&k1, 0).unwrap();
+        assert_eq!(stage.held_bytes(), 0);
+        p0.add_call(0, 0, [write("a", b"1"), write("b", &[7; 1000])]);
+        let two = stage.held_bytes();
+        assert!(two > 1000, "{two}");
+        p1.add_call(0, 0, [write("a", b"1")]);
+        let three = stage.held_bytes();
+        assert!(three > two, "{three} after {two}");
+        p1.finish_batch(false, &mut Vec::new());
+        assert_eq!(
+            stage.held_bytes(),
+            two,
+            "a rolled-back run's writes are gone"
+        );
+        // Kept and committed into the store (a local store takes every commit): the values
+        // are remembered as the store's, and still held.
+        p0.finish_batch(true, &mut Vec::new());
+        p0.commit(1).unwrap();
+        let remembered = stage.held_bytes();
+        assert!(remembered > 1000, "{remembered}");
+        drop((p0, p1));
+        stage.release(&k0);
+        stage.release(&k1);
+        assert_eq!(stage.held_bytes(), 0, "released partitions hold nothing");
     }
 }
