@@ -700,6 +700,29 @@ fn a_stateful_stages_state_memory_shows_on_metrics() {
         (keys * 112.0..=(writes + keys) * (112.0 + 4.0 + 16.0)).contains(&held),
         "weir_state_memory_bytes {held}"
     );
+    // `weir top` shows it in a `state` column (only when a stage keeps state).
+    let addr = format!("127.0.0.1:{port}");
+    let top = s
+        .weir(&["top", "--once", "--size", "160x32", &addr])
+        .output()
+        .unwrap();
+    let frame = String::from_utf8_lossy(&top.stdout);
+    assert!(top.status.success(), "{}", stderr(&top));
+    let header = frame
+        .lines()
+        .find(|l| l.contains("stage") && l.contains("recycled"))
+        .unwrap_or_else(|| panic!("no stage table header:\n{frame}"));
+    assert!(
+        header.trim_end_matches(['│', ' ']).ends_with("state"),
+        "{frame}"
+    );
+    let row = frame
+        .lines()
+        .find(|l| l.trim_start_matches(['│', ' ']).starts_with("m "))
+        .unwrap_or_else(|| panic!("no row for the stage:\n{frame}"));
+    // The row ends with the state's size (without the column it ends with the recycles).
+    let last = row.split_whitespace().rfind(|t| *t != "│");
+    assert!(last.is_some_and(|u| u.ends_with('B')), "{frame}");
     drop(stdin);
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -41,6 +41,8 @@ pub struct StageSample {
     pub memory: f64,
     /// Instances recycled at the memory cap.
     pub recycled: f64,
+    /// What its state holds in the host's memory, bytes (none: the stage keeps no state).
+    pub state: Option<f64>,
 }
 
 impl StageSample {
@@ -175,6 +177,9 @@ pub fn parse(addr: &str, body: &str) -> Result<Snapshot, ScrapeError> {
             }
             "weir_rollout_state" => snap.stages.entry(label("stage")).or_default().rollout = v,
             "weir_stage_memory_bytes" => snap.stages.entry(label("stage")).or_default().memory = v,
+            "weir_state_memory_bytes" => {
+                snap.stages.entry(label("stage")).or_default().state = Some(v);
+            }
             "weir_stage_recycled_total" => {
                 snap.stages.entry(label("stage")).or_default().recycled = v
             }
@@ -253,6 +258,7 @@ mod tests {
             .observe(0.001);
         metrics.rollout_state.with_label_values(&["s"]).set(2);
         metrics.add_stage_memory([("s", 3 << 20, 2)].into_iter(), &mut Vec::new());
+        metrics.set_state_memory([("s", 5000)].into_iter(), &mut Vec::new());
         metrics.state_restoring.set(4);
         crate::kafka::queued::Queued::of(&metrics, "sink").producer(
             &rdkafka::statistics::Statistics {
@@ -283,6 +289,7 @@ mod tests {
         assert_eq!(s.input(), 7.0);
         assert_eq!(s.rollout, 2.0, "a canary in progress");
         assert_eq!((s.memory, s.recycled), ((3 << 20) as f64, 2.0));
+        assert_eq!(s.state, Some(5000.0));
         assert_eq!(snap.restoring, 4.0);
         assert_eq!(
             snap.kafka_queued, 24.0,

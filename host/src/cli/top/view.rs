@@ -192,11 +192,20 @@ impl View {
     }
 
     fn stages(&self) -> Table<'static> {
-        let header = Row::new([
+        // A column for the state's memory when a stage keeps state.
+        let stateful = self
+            .now
+            .iter()
+            .flat_map(|s| s.stages.values())
+            .any(|s| s.state.is_some());
+        let mut header = vec![
             "stage", "plugin", "rollout", "in/s", "keep/s", "next/s", "drop/s", "reject/s",
             "fail/s", "p50", "p99", "traps", "timeouts", "memory", "recycled",
-        ])
-        .style(Style::new().add_modifier(Modifier::BOLD));
+        ];
+        if stateful {
+            header.push("state");
+        }
+        let header = Row::new(header).style(Style::new().add_modifier(Modifier::BOLD));
         let rows: Vec<Row> = self
             .now
             .iter()
@@ -213,7 +222,7 @@ impl View {
                 };
                 let input = rate(self.rate(|x| x.stages.get(name).map_or(0.0, |s| s.input())));
                 let recent = self.recent_batches(name, st);
-                Row::new([
+                let mut cells = vec![
                     name.clone(),
                     st.plugin.chars().take(12).collect(),
                     match st.rollout as i64 {
@@ -234,7 +243,11 @@ impl View {
                     int(st.timeouts),
                     bytes(st.memory),
                     int(st.recycled),
-                ])
+                ];
+                if stateful {
+                    cells.push(st.state.map_or_else(|| "-".to_owned(), bytes));
+                }
+                Row::new(cells)
             })
             .collect();
         let widths = [
@@ -253,8 +266,10 @@ impl View {
             Constraint::Length(8),
             Constraint::Length(9),
             Constraint::Length(8),
+            Constraint::Length(9),
         ];
-        Table::new(rows, widths)
+        let widths = &widths[..widths.len() - usize::from(!stateful)];
+        Table::new(rows, widths.to_vec())
             .header(header)
             .block(Block::bordered().title(" stages (rates per second; batch time p50/p99) "))
     }
