@@ -147,10 +147,16 @@ impl Log {
     pub fn push(&mut self, mut e: Entry) {
         let seq = self.end();
         self.held += held(&e.slot, &e.value);
-        e.prev = match self
-            .map
-            .insert(e.slot.clone(), Latest::Write(seq, e.value.clone()))
-        {
+        let latest = Latest::Write(seq, e.value.clone());
+        // A key written before keeps its map slot and its key (no second `Arc` of it).
+        let before = match self.map.get_mut(&SlotRef::of(&e.slot)) {
+            Some(l) => Some(std::mem::replace(l, latest)),
+            None => {
+                self.map.insert(e.slot.clone(), latest);
+                None
+            }
+        };
+        e.prev = match before {
             Some(Latest::Write(p, _)) => match self.at_mut(p) {
                 Some(before) => {
                     before.next = seq;
