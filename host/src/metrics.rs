@@ -142,7 +142,7 @@ impl Metrics {
             ),
             state_memory: gauge_vec(
                 "weir_state_memory_bytes",
-                "What a stateful stage's state holds in the host's memory over this process's partitions: writes since the last commit, committed values the store has not taken yet, store values remembered (keys, values and about 100 bytes each), bytes.",
+                "What a stateful stage's state holds in the host's memory over this process's partitions: writes since the last commit, committed values the store has not taken yet, store values remembered (keys, values and 112 bytes each: an estimate), bytes.",
                 &["stage"],
             ),
             stage_memory_peak: gauge_vec(

@@ -56,7 +56,12 @@ const HELD_OVERHEAD: usize = 112;
 
 /// Bytes a value of `slot` held in memory counts for ([`Log::held_bytes`]).
 fn held(slot: &Slot, value: &Option<Encoded>) -> usize {
-    HELD_OVERHEAD + slot.1.len() + value.as_ref().map_or(0, |v| v.len())
+    held_with_key(slot.1.len(), value)
+}
+
+/// [`held`] for a key of `klen` bytes.
+fn held_with_key(klen: usize, value: &Option<Encoded>) -> usize {
+    HELD_OVERHEAD + klen + value.as_ref().map_or(0, |v| v.len())
 }
 
 /// One write: `None` deletes. Values are stored encoded ([`super::encode`]).
@@ -326,7 +331,7 @@ impl Log {
             // (The write's bytes are the pending value's now.)
             let klen = e.slot.1.len();
             if let Some(before) = pending.insert(e.slot, e.value) {
-                *bytes -= HELD_OVERHEAD + klen + before.map_or(0, |v| v.len());
+                *bytes -= held_with_key(klen, &before);
             }
         }
         *base = end;
@@ -354,11 +359,9 @@ impl Log {
             .map(|(slot, v)| (slot, v.as_deref()))
             .collect();
         if let Err(e) = apply(&view) {
-            drop(view);
             self.pending.extend(changes);
             return Err(e);
         }
-        drop(view);
         for (slot, v) in changes {
             let at = SlotRef::of(&slot);
             let Some(l) = self
@@ -409,7 +412,7 @@ impl Log {
     }
 
     /// Bytes of the writes, the pending values and the remembered store values held (keys
-    /// and values, and [`HELD_OVERHEAD`] each; roughly).
+    /// and values, and 112 bytes each: an estimate).
     pub fn held_bytes(&self) -> usize {
         self.held
     }

@@ -716,7 +716,7 @@ impl StageBuckets {
 
     /// Bytes the stage's state holds in memory over the partitions (and runs) open now:
     /// writes since the last commit, committed values the store has not taken, store values
-    /// read and remembered (keys and values and about 100 bytes each; roughly).
+    /// read and remembered (keys, values and 112 bytes each: an estimate, [`log::Log::held_bytes`]).
     pub fn held_bytes(&self) -> u64 {
         self.held.load(Ordering::Relaxed).max(0) as u64
     }

@@ -250,7 +250,7 @@ impl View {
                 Row::new(cells)
             })
             .collect();
-        let widths = [
+        let mut widths = vec![
             Constraint::Min(12),
             Constraint::Length(12),
             Constraint::Length(7),
@@ -266,10 +266,11 @@ impl View {
             Constraint::Length(8),
             Constraint::Length(9),
             Constraint::Length(8),
-            Constraint::Length(9),
         ];
-        let widths = &widths[..widths.len() - usize::from(!stateful)];
-        Table::new(rows, widths.to_vec())
+        if stateful {
+            widths.push(Constraint::Length(9));
+        }
+        Table::new(rows, widths)
             .header(header)
             .block(Block::bordered().title(" stages (rates per second; batch time p50/p99) "))
     }
