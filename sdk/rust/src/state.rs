@@ -344,6 +344,37 @@ mod same_tests {
     }
 }
 
+/// A call's write of `key` (hashed `h`) in bucket `bucket`: it joins the call's packed
+/// writes (sent when the call returns) and is kept. A kept value remembers where its write is
+/// in the call's packed writes, so the call's next write of the key goes there (in place
+/// when it can) without a lookup of its own; a value not kept is written with the lookup.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_kept(
+    kept: &mut kept::Kept,
+    writes: &mut packed::Writes,
+    call: u64,
+    bucket: usize,
+    h: u64,
+    key: &str,
+    value: Option<&[u8]>,
+    ask: impl FnOnce() -> kept::Epoch,
+) {
+    let mut written = false;
+    kept.put_with(bucket, h, key, value, ask, |w| {
+        let at = if w.call == call {
+            writes.rewrite(w.at, key, value)
+        } else {
+            writes.append(key, value)
+        };
+        *w = kept::Written { call, at };
+        written = true;
+    });
+    if !written {
+        writes.write(h, key, value);
+    }
+}
+
 /// A call's writes to one bucket, packed as the host's `write-packed` takes them (the guest
 /// side of the Rust SDK's state; plain Rust, so it is tested natively too).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
@@ -354,11 +385,18 @@ pub(crate) mod packed {
     use super::{same, KeyHash};
 
     /// The call's writes to one bucket: `buf` holds them in order as `write-packed` takes
-    /// them (`key-len:u32 value-len:u32 key value`), `index` the offset of each key's latest.
+    /// them (`key-len:u32 value-len:u32 key value`), `index` the offset of each key's latest
+    /// among the first `indexed` bytes of them. A write is indexed when it is made through
+    /// [`Writes::write`], or later when a read, a [`Writes::forget`] or the sending needs the
+    /// index: a stage whose reads the kept values answer writes through [`Writes::append`]
+    /// and [`Writes::rewrite`] (the kept value remembers where its write is) and never pays
+    /// for an index.
     #[derive(Default)]
     pub(crate) struct Writes {
         buf: Vec<u8>,
         index: hashbrown::HashTable<u32>,
+        /// `buf[..indexed]` is in `index`.
+        indexed: usize,
         /// The hash of the keys in `index` (the caller hands in each key's hash, made with it).
         hash: KeyHash,
         /// `buf[..sent]` is with the host already (a listing sent it; the call goes on).
@@ -392,6 +430,31 @@ pub(crate) mod packed {
             }
         }
 
+        /// Indexes the writes not indexed yet (a later write of a key replaces the earlier).
+        fn catch_up(&mut self) {
+            let Writes {
+                buf,
+                index,
+                indexed,
+                hash,
+                ..
+            } = self;
+            while *indexed < buf.len() {
+                let at = *indexed;
+                let (key, _, end) = entry(buf, at);
+                let h = hash.of(key);
+                match index.find_entry(h, |&o| same(entry(buf, o as usize).0, key)) {
+                    Ok(mut e) => *e.get_mut() = at as u32,
+                    Err(absent) => {
+                        absent
+                            .into_table()
+                            .insert_unique(h, at as u32, |&o| hash.of(entry(buf, o as usize).0));
+                    }
+                }
+                *indexed = end;
+            }
+        }
+
         fn find(&self, h: u64, key: &[u8]) -> Option<u32> {
             let buf = &self.buf;
             self.index
@@ -400,19 +463,22 @@ pub(crate) mod packed {
         }
 
         /// The call's latest write of `key` (hashed `h`), if it wrote it.
-        pub(crate) fn get(&self, h: u64, key: &str) -> Option<Option<Vec<u8>>> {
+        pub(crate) fn get(&mut self, h: u64, key: &str) -> Option<Option<Vec<u8>>> {
+            self.catch_up();
             let at = self.find(h, key.as_bytes())?;
             Some(entry(&self.buf, at as usize).1.map(<[u8]>::to_vec))
         }
 
-        /// Writes `key` (hashed `h`).
+        /// Writes `key` (hashed `h`), indexed.
         pub(crate) fn write(&mut self, h: u64, key: &str, value: Option<&[u8]>) {
+            self.catch_up();
             let Writes {
                 buf,
                 index,
                 hash,
                 sent,
                 stale,
+                ..
             } = self;
             let key = key.as_bytes();
             let vlen = value.map_or(ABSENT, |v| v.len() as u32);
@@ -438,6 +504,39 @@ pub(crate) mod packed {
                     table.insert_unique(h, at, |&o| hash.of(entry(buf, o as usize).0));
                 }
             }
+            self.push(key, value);
+            self.indexed = self.buf.len();
+        }
+
+        /// Writes `key`, the call's first write of it since [`Self::append`] or
+        /// [`Self::rewrite`] last answered for it (an earlier one, if any, is sent before it
+        /// and the host keeps the later); where the write is.
+        pub(crate) fn append(&mut self, key: &str, value: Option<&[u8]>) -> u32 {
+            let at = self.buf.len() as u32;
+            self.push(key.as_bytes(), value);
+            at
+        }
+
+        /// Writes `key` again, whose latest write in the call is at `at` (as [`Self::append`]
+        /// or this answered): in place when it is not sent yet and the value as long;
+        /// where the write is now.
+        pub(crate) fn rewrite(&mut self, at: u32, key: &str, value: Option<&[u8]>) -> u32 {
+            let o = at as usize;
+            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
+            if o >= self.sent && word(&self.buf, o + 4) == vlen {
+                if let Some(v) = value {
+                    let vat = o + 8 + key.len();
+                    self.buf[vat..vat + v.len()].copy_from_slice(v);
+                }
+                return at;
+            }
+            self.stale |= o >= self.sent;
+            self.append(key, value)
+        }
+
+        fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
+            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
+            let buf = &mut self.buf;
             buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
             buf.extend_from_slice(&vlen.to_le_bytes());
             buf.extend_from_slice(key);
@@ -449,6 +548,7 @@ pub(crate) mod packed {
         /// The host took a write of `key` (hashed `h`) itself: the call's earlier one here is
         /// gone.
         pub(crate) fn forget(&mut self, h: u64, key: &str) {
+            self.catch_up();
             let key = key.as_bytes();
             let buf = &self.buf;
             if let Ok(e) = self
@@ -460,12 +560,15 @@ pub(crate) mod packed {
             }
         }
 
-        /// The writes not sent yet, each key's latest only, packed.
-        pub(crate) fn unsent(&self) -> std::borrow::Cow<'_, [u8]> {
-            let tail = &self.buf[self.sent..];
+        /// The writes not sent yet, each key's latest only, packed (when none was
+        /// overwritten or taken back, as they are: a key appended twice goes twice, and the
+        /// host keeps the later).
+        pub(crate) fn unsent(&mut self) -> std::borrow::Cow<'_, [u8]> {
             if !self.stale {
-                return tail.into();
+                return self.buf[self.sent..].into();
             }
+            self.catch_up();
+            let tail = &self.buf[self.sent..];
             let mut out = Vec::with_capacity(tail.len());
             let mut at = self.sent;
             while at < self.buf.len() {
@@ -492,6 +595,7 @@ pub(crate) mod packed {
         pub(crate) fn clear(&mut self) {
             self.buf.clear();
             self.index.clear();
+            self.indexed = 0;
             self.sent = 0;
             self.stale = false;
         }
@@ -499,7 +603,7 @@ pub(crate) mod packed {
 
     /// The writes of a packed list, in order, as the host reads them.
     #[cfg(test)]
-    fn parse(mut packed: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
+    pub(crate) fn parse(mut packed: &[u8]) -> Vec<(String, Option<Vec<u8>>)> {
         let mut out = Vec::new();
         while !packed.is_empty() {
             let (key, value, end) = entry(packed, 0);
@@ -528,6 +632,13 @@ pub(crate) mod packed {
             Direct(u8, Option<Vec<u8>>),
             /// A key listing: what is not sent goes to the host; the call goes on.
             Send,
+            /// A write through the mark a kept value holds ([`Writes::append`],
+            /// [`Writes::rewrite`]), none: a delete.
+            Tracked(u8, Option<Vec<u8>>),
+            /// The kept values start over: their marks are gone.
+            ForgetMarks,
+            /// A read of the key.
+            Read(u8),
         }
 
         fn op() -> impl Strategy<Value = Op> {
@@ -538,6 +649,10 @@ pub(crate) mod packed {
                 1 => (0u8..6, proptest::option::of(proptest::collection::vec(any::<u8>(), 0..3)))
                     .prop_map(|(k, v)| Op::Direct(k, v)),
                 1 => Just(Op::Send),
+                4 => (0u8..6, proptest::option::of(proptest::collection::vec(any::<u8>(), 0..5)))
+                    .prop_map(|(k, v)| Op::Tracked(k, v)),
+                1 => Just(Op::ForgetMarks),
+                3 => (0u8..6).prop_map(Op::Read),
             ]
         }
 
@@ -549,9 +664,10 @@ pub(crate) mod packed {
         proptest! {
             /// Whatever a call does, a read answers the call's latest write of a key (none:
             /// ask the host), and the host, applying what it was sent in order, holds what
-            /// the stage wrote: each key's last value, never a write taken back.
+            /// the stage wrote: each key's last value, never a write taken back. A key goes
+            /// twice in one sending only when the marks were forgotten in between.
             #[test]
-            fn reads_and_what_the_host_gets_follow_the_writes(ops in proptest::collection::vec(op(), 0..40)) {
+            fn reads_and_what_the_host_gets_follow_the_writes(ops in proptest::collection::vec(op(), 0..60)) {
                 let kh = KeyHash::with_seed(3);
                 let h = |k: u8| kh.of(key(k).as_bytes());
                 let mut w = Writes::new(kh);
@@ -561,26 +677,36 @@ pub(crate) mod packed {
                 // What the stage did, in order: what the host must hold in the end.
                 let mut truth: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
                 let mut sent = 0;
-                let send = |w: &mut Writes, host: &mut BTreeMap<String, Option<Vec<u8>>>, sent: &mut usize| {
+                // Per key, where its kept value says its latest write is.
+                let mut marks: BTreeMap<u8, u32> = BTreeMap::new();
+                // The marks were forgotten, or a key written without one, since the last
+                // sending.
+                let mut forgot = false;
+                let send = |w: &mut Writes, host: &mut BTreeMap<String, Option<Vec<u8>>>, sent: &mut usize, forgot: &mut bool| {
                     let packed = w.unsent().into_owned();
                     let writes = parse(&packed);
                     // Each key once at most: the earlier writes of a key are not sent.
                     let mut keys: Vec<&String> = writes.iter().map(|(k, _)| k).collect();
                     keys.sort();
                     keys.dedup();
-                    assert_eq!(keys.len(), writes.len(), "a key sent twice in {writes:?}");
+                    assert!(*forgot || keys.len() == writes.len(), "a key sent twice in {writes:?}");
+                    *forgot = false;
                     *sent += writes.len();
+                    // In order: a later write of a key wins.
                     host.extend(writes);
                     w.mark_sent();
                 };
                 for op in ops {
                     match op {
                         Op::Set(k, v) => {
+                            // (A write not through a kept value: the key has none.)
+                            marks.remove(&k);
                             w.write(h(k), &key(k), Some(&v));
                             call.insert(key(k), Some(v.clone()));
                             truth.insert(key(k), Some(v));
                         }
                         Op::Delete(k) => {
+                            marks.remove(&k);
                             w.write(h(k), &key(k), None);
                             call.insert(key(k), None);
                             truth.insert(key(k), None);
@@ -589,18 +715,40 @@ pub(crate) mod packed {
                             host.insert(key(k), v.clone());
                             truth.insert(key(k), v);
                             w.forget(h(k), &key(k));
+                            marks.remove(&k);
                             call.remove(&key(k));
                         }
                         Op::Send => {
-                            send(&mut w, &mut host, &mut sent);
+                            send(&mut w, &mut host, &mut sent, &mut forgot);
                             // Sent writes stay readable in the call.
                         }
-                    }
-                    for k in 0..6 {
-                        prop_assert_eq!(w.get(h(k), &key(k)), call.get(&key(k)).cloned());
+                        Op::Tracked(k, v) => {
+                            let at = match marks.get(&k) {
+                                Some(&at) => w.rewrite(at, &key(k), v.as_deref()),
+                                None => {
+                                    // (A write of the key not through its mark may be
+                                    // before it: both go.)
+                                    forgot |= call.contains_key(&key(k));
+                                    w.append(&key(k), v.as_deref())
+                                }
+                            };
+                            marks.insert(k, at);
+                            call.insert(key(k), v.clone());
+                            truth.insert(key(k), v);
+                        }
+                        Op::ForgetMarks => {
+                            marks.clear();
+                            forgot = true;
+                        }
+                        Op::Read(k) => {
+                            prop_assert_eq!(w.get(h(k), &key(k)), call.get(&key(k)).cloned());
+                        }
                     }
                 }
-                send(&mut w, &mut host, &mut sent);
+                for k in 0..6 {
+                    prop_assert_eq!(w.get(h(k), &key(k)), call.get(&key(k)).cloned());
+                }
+                send(&mut w, &mut host, &mut sent, &mut forgot);
                 // The host holds each key's last write, the call's or its own direct one.
                 prop_assert_eq!(&host, &truth);
                 w.clear();
@@ -627,6 +775,18 @@ pub(crate) mod kept {
         klen: u32,
         /// [`ABSENT`]: the key has no value.
         vlen: u32,
+        /// Where the key's latest write of a call is in the call's packed writes.
+        written: Written,
+    }
+
+    /// Where a key's latest write is in a call's packed writes (`super::packed::Writes`),
+    /// so that the call's next write of the key finds it without a lookup of its own.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub(crate) struct Written {
+        /// The call it belongs to (another number: none in the call in progress; 0: none).
+        pub call: u64,
+        /// The write's offset in the call's packed writes.
+        pub at: u32,
     }
 
     impl Entry {
@@ -638,6 +798,7 @@ pub(crate) mod kept {
                 data: data.into_boxed_slice(),
                 klen: key.len() as u32,
                 vlen: value.map_or(ABSENT, |v| v.len() as u32),
+                written: Written::default(),
             }
         }
 
@@ -659,7 +820,11 @@ pub(crate) mod kept {
                 Some(v) if self.vlen == v.len() as u32 => {
                     self.data[self.klen as usize..].copy_from_slice(v);
                 }
-                _ => *self = Entry::new(&self.data[..self.klen as usize], value),
+                _ => {
+                    let written = self.written;
+                    *self = Entry::new(&self.data[..self.klen as usize], value);
+                    self.written = written;
+                }
             }
         }
 
@@ -718,6 +883,8 @@ pub(crate) mod kept {
         hash: KeyHash,
         /// The call's epoch (none: not asked yet in this call).
         call: Option<Epoch>,
+        /// Where the call's epoch is in `epochs` (none: not looked up since it changed).
+        slot: Option<usize>,
         epochs: Vec<(u64, Vec<Values>)>,
         /// Bytes kept, counted as [`OVERHEAD`] plus key and value per value.
         bytes: usize,
@@ -741,6 +908,7 @@ pub(crate) mod kept {
             Kept {
                 hash: KeyHash::with_seed(0),
                 call: None,
+                slot: None,
                 epochs: Vec::new(),
                 bytes: 0,
                 ops: 0,
@@ -759,6 +927,7 @@ pub(crate) mod kept {
         /// A call begins: its epoch is asked at its first read or write.
         pub(crate) fn begin_call(&mut self) {
             self.call = None;
+            self.slot = None;
         }
 
         /// Counts a read or write (`hit`: a read answered here); false while nothing is
@@ -802,11 +971,18 @@ pub(crate) mod kept {
             if e.current == 0 {
                 return None;
             }
-            let at = match self.epochs.iter().position(|(n, _)| *n == e.current) {
+            let at = match self.slot {
                 Some(at) => at,
                 None => {
-                    self.epochs.push((e.current, Vec::new()));
-                    self.epochs.len() - 1
+                    let at = match self.epochs.iter().position(|(n, _)| *n == e.current) {
+                        Some(at) => at,
+                        None => {
+                            self.epochs.push((e.current, Vec::new()));
+                            self.epochs.len() - 1
+                        }
+                    };
+                    self.slot = Some(at);
+                    at
                 }
             };
             let buckets = &mut self.epochs[at].1;
@@ -819,6 +995,7 @@ pub(crate) mod kept {
         /// Forgets what was kept under `epoch`.
         fn forget(&mut self, epoch: u64) {
             if let Some(at) = self.epochs.iter().position(|(n, _)| *n == epoch) {
+                self.slot = None;
                 let (_, buckets) = self.epochs.swap_remove(at);
                 let gone: usize = buckets.iter().map(Values::bytes).sum();
                 self.bytes -= gone;
@@ -857,20 +1034,38 @@ pub(crate) mod kept {
             value: Option<&[u8]>,
             ask: impl FnOnce() -> Epoch,
         ) {
+            // (Not the call's write in its packed writes, or not that one any more.)
+            self.put_with(bucket, h, key, value, ask, |w| *w = Written::default());
+        }
+
+        /// [`Self::put`], handing `mark` where the key's latest write of the call is in the
+        /// call's packed writes (as `mark` last left it) to update; false when the value is
+        /// not kept (`mark` may have run: what it marked is forgotten).
+        pub(crate) fn put_with(
+            &mut self,
+            bucket: usize,
+            h: u64,
+            key: &str,
+            value: Option<&[u8]>,
+            ask: impl FnOnce() -> Epoch,
+            mark: impl FnOnce(&mut Written),
+        ) -> bool {
             if !self.tally(false) {
-                return;
+                return false;
             }
             let hash = self.hash;
             let Some(values) = self.values(bucket, ask) else {
-                return;
+                return false;
             };
             let key = key.as_bytes();
             let added = if let Some(e) = values.get_mut(h, key) {
                 let before = e.size();
                 e.set(value);
+                mark(&mut e.written);
                 e.size() as isize - before as isize
             } else {
-                let e = Entry::new(key, value);
+                let mut e = Entry::new(key, value);
+                mark(&mut e.written);
                 let n = e.size();
                 values.insert(hash, h, e);
                 n as isize
@@ -881,11 +1076,14 @@ pub(crate) mod kept {
                 // (The call's writes are still in its packed buffer: a read that finds
                 // nothing here looks there before it asks the host.)
                 self.start_over();
+                return false;
             }
+            true
         }
 
         /// Forgets everything kept.
         fn start_over(&mut self) {
+            self.slot = None;
             self.epochs.clear();
             self.bytes = 0;
         }
@@ -903,7 +1101,8 @@ pub(crate) mod kept {
 
         use proptest::prelude::*;
 
-        use super::super::KeyHash;
+        use super::super::packed::{parse, Writes};
+        use super::super::{write_kept, KeyHash};
         use super::{Epoch, Kept};
 
         #[derive(Debug, Clone)]
@@ -979,10 +1178,35 @@ pub(crate) mod kept {
             "k".repeat(k as usize)
         }
 
+        /// What the call's packed writes send, applied in order, is each key's last write in
+        /// the call; they are emptied for the next call.
+        fn sent_are_written(
+            writes: &mut [Writes; 2],
+            wrote: &mut BTreeMap<(u8, String), Option<Vec<u8>>>,
+        ) -> Result<(), TestCaseError> {
+            for (b, w) in writes.iter_mut().enumerate() {
+                let mut got = BTreeMap::new();
+                for (k, v) in parse(&w.unsent()) {
+                    got.insert((b as u8, k), v);
+                }
+                let want: BTreeMap<_, _> = wrote
+                    .iter()
+                    .filter(|((wb, _), _)| *wb == b as u8)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                prop_assert_eq!(got, want);
+                w.clear();
+            }
+            wrote.clear();
+            Ok(())
+        }
+
         proptest! {
             /// Whatever the calls do and whatever else changes the partitions, a read that
             /// the kept values answer answers what the host holds, and the bytes counted stay
-            /// within the limit.
+            /// within the limit; a read they do not answer finds the call's own writes; and
+            /// the call's packed writes, made through the kept values' marks
+            /// ([`write_kept`]), send each key's last write of the call.
             #[test]
             fn what_is_kept_is_what_the_host_holds(
                 ops in proptest::collection::vec(op(), 0..150),
@@ -998,9 +1222,15 @@ pub(crate) mod kept {
                 // Changes to the partition of the call in progress wait for its end (a lane
                 // runs one call at a time).
                 let mut later = Vec::new();
+                // The call's packed writes per bucket (`write_kept`), and what it wrote.
+                let mut writes = [Writes::new(kh), Writes::new(kh)];
+                let mut wrote: BTreeMap<(u8, String), Option<Vec<u8>>> = BTreeMap::new();
+                let mut call = 1u64;
                 for op in ops {
                     match op {
                         Op::Call(p) => {
+                            sent_are_written(&mut writes, &mut wrote)?;
+                            call += 1;
                             for (p, b, k, v) in later.drain(..) {
                                 host.write(p, b, k, v, false);
                             }
@@ -1011,11 +1241,15 @@ pub(crate) mod kept {
                             let truth = host.values.get(&(part, b, k)).cloned();
                             match kept.get(b as usize, h(k), &key(k), || host.epoch(part, keep_bytes)) {
                                 Some(v) => prop_assert_eq!(v, truth),
-                                None => kept.put(b as usize, h(k), &key(k), truth.as_deref(), || host.epoch(part, keep_bytes)),
+                                None => match writes[b as usize].get(h(k), &key(k)) {
+                                    Some(v) => prop_assert_eq!(v, truth),
+                                    None => kept.put(b as usize, h(k), &key(k), truth.as_deref(), || host.epoch(part, keep_bytes)),
+                                },
                             }
                         }
                         Op::Write(b, k, v) => {
-                            kept.put(b as usize, h(k), &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
+                            write_kept(&mut kept, &mut writes[b as usize], call, b as usize, h(k), &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
+                            wrote.insert((b, key(k)), v.clone());
                             host.write(part, b, k, v, true);
                         }
                         Op::Other(p, b, k, v) if p == part => later.push((p, b, k, v)),
@@ -1023,6 +1257,7 @@ pub(crate) mod kept {
                     }
                     prop_assert!(kept.bytes() as u64 <= keep_bytes, "{} bytes kept", kept.bytes());
                 }
+                sent_are_written(&mut writes, &mut wrote)?;
             }
         }
     }
@@ -1039,7 +1274,6 @@ pub(crate) mod kept {
 #[cfg(target_arch = "wasm32")]
 mod host {
     use std::cell::{Cell, RefCell};
-    use std::rc::Rc;
 
     use super::kept::{Epoch, Kept};
     use super::packed::Writes;
@@ -1048,31 +1282,41 @@ mod host {
     use crate::__private::bindings::weir::stage::state_limits;
     pub use store::{open as open_raw, Bucket};
 
-    /// An open bucket: the host's handle and its place in [`Calls::writes`].
+    /// An open bucket: its place in [`Calls::buckets`].
     pub struct Open {
-        bucket: Rc<Bucket>,
         id: usize,
+    }
+
+    /// A bucket the instance opened.
+    struct Opened {
+        name: Box<str>,
+        /// The host's handle.
+        handle: Bucket,
+        /// The writes of the call in progress.
+        writes: Writes,
     }
 
     /// What the instance holds of its state between host calls (one borrow per operation).
     struct Calls {
-        /// Per open bucket, the writes of the call in progress.
-        writes: Vec<Writes>,
+        /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
+        /// here, not two host calls (open and drop).
+        buckets: Vec<Opened>,
         /// The values read and written, kept between calls while the host says they hold.
         kept: Kept,
         /// The keys' hash in both (one per key and operation).
         hash: KeyHash,
+        /// The call in progress, never 0 (a kept value's mark of its write in the call's
+        /// packed writes holds in this call only).
+        call: u64,
     }
 
     thread_local! {
-        /// Buckets opened by this instance: `Bucket::open` on every message is one lookup
-        /// here, not two host calls (open and drop).
-        static OPEN: RefCell<Vec<(String, Rc<Bucket>)>> = const { RefCell::new(Vec::new()) };
         static CALLS: RefCell<Calls> = const {
             RefCell::new(Calls {
-                writes: Vec::new(),
+                buckets: Vec::new(),
                 kept: Kept::new(),
                 hash: KeyHash::with_seed(0),
+                call: 1,
             })
         };
         /// `state.max_value`, asked once.
@@ -1092,30 +1336,30 @@ mod host {
     }
 
     pub fn open_cached(name: &str) -> Result<Open, super::Error> {
-        if let Some((id, bucket)) = OPEN.with_borrow(|o| {
-            o.iter()
-                .position(|(n, _)| super::same(n.as_bytes(), name.as_bytes()))
-                .map(|i| (i, o[i].1.clone()))
+        if let Some(id) = CALLS.with_borrow(|c| {
+            c.buckets
+                .iter()
+                .position(|b| super::same(b.name.as_bytes(), name.as_bytes()))
         }) {
-            return Ok(Open { bucket, id });
+            return Ok(Open { id });
         }
-        let bucket = Rc::new(open_raw(name).map_err(error)?);
+        let handle = open_raw(name).map_err(error)?;
         // From now on the calls' writes are sent when each call returns.
         crate::__private::state_in_use(flush_and_forget);
-        let id = OPEN.with_borrow_mut(|o| {
-            o.push((name.to_owned(), bucket.clone()));
-            o.len() - 1
-        });
-        CALLS.with_borrow_mut(|c| {
-            if c.writes.is_empty() {
+        let id = CALLS.with_borrow_mut(|c| {
+            if c.buckets.is_empty() {
                 // The first bucket: keys are hashed with a seed of this instance's own.
                 c.hash = KeyHash::random();
                 c.kept.set_hash(c.hash);
             }
-            let hash = c.hash;
-            c.writes.resize_with(id + 1, || Writes::new(hash));
+            c.buckets.push(Opened {
+                name: name.into(),
+                handle,
+                writes: Writes::new(c.hash),
+            });
+            c.buckets.len() - 1
         });
-        Ok(Open { bucket, id })
+        Ok(Open { id })
     }
 
     fn max_value() -> u64 {
@@ -1127,20 +1371,20 @@ mod host {
     }
 
     pub fn get(b: &Open, key: &str) -> Result<Option<Vec<u8>>, super::Error> {
-        let h = match CALLS.with_borrow_mut(|c| {
+        CALLS.with_borrow_mut(|c| {
             let h = c.hash.of(key.as_bytes());
             // (What the call wrote is kept too, unless the kept values started over since.)
-            c.kept
-                .get(b.id, h, key, epoch)
-                .or_else(|| c.writes[b.id].get(h, key))
-                .ok_or(h)
-        }) {
-            Ok(v) => return Ok(v),
-            Err(h) => h,
-        };
-        let v = b.bucket.get(key).map_err(error)?;
-        CALLS.with_borrow_mut(|c| c.kept.put(b.id, h, key, v.as_deref(), epoch));
-        Ok(v)
+            if let Some(v) = c.kept.get(b.id, h, key, epoch) {
+                return Ok(v);
+            }
+            let bucket = &mut c.buckets[b.id];
+            if let Some(v) = bucket.writes.get(h, key) {
+                return Ok(v);
+            }
+            let v = bucket.handle.get(key).map_err(error)?;
+            c.kept.put(b.id, h, key, v.as_deref(), epoch);
+            Ok(v)
+        })
     }
 
     pub fn set(b: &Open, key: &str, value: &[u8]) -> Result<(), super::Error> {
@@ -1159,12 +1403,13 @@ mod host {
         Ok(())
     }
 
-    /// A write that joins the call's (sent when it returns), and is kept.
+    /// A write that joins the call's (sent when it returns), and is kept
+    /// ([`super::write_kept`]).
     fn write(b: &Open, key: &str, value: Option<&[u8]>) {
         CALLS.with_borrow_mut(|c| {
             let h = c.hash.of(key.as_bytes());
-            c.writes[b.id].write(h, key, value);
-            c.kept.put(b.id, h, key, value, epoch);
+            let writes = &mut c.buckets[b.id].writes;
+            super::write_kept(&mut c.kept, writes, c.call, b.id, h, key, value, epoch);
         });
     }
 
@@ -1173,11 +1418,15 @@ mod host {
     /// with its reason). Should it take the write, it holds it now, newer than the call's
     /// earlier write of the key here.
     fn direct(b: &Open, key: &str, value: Option<&[u8]>) -> Result<(), super::Error> {
-        match value {
-            Some(v) => b.bucket.set(key, v),
-            None => b.bucket.delete(key),
-        }
-        .map_err(error)?;
+        CALLS
+            .with_borrow(|c| {
+                let handle = &c.buckets[b.id].handle;
+                match value {
+                    Some(v) => handle.set(key, v),
+                    None => handle.delete(key),
+                }
+            })
+            .map_err(error)?;
         took(b, key, value);
         Ok(())
     }
@@ -1187,7 +1436,7 @@ mod host {
     fn took(b: &Open, key: &str, value: Option<&[u8]>) {
         CALLS.with_borrow_mut(|c| {
             let h = c.hash.of(key.as_bytes());
-            c.writes[b.id].forget(h, key);
+            c.buckets[b.id].writes.forget(h, key);
             c.kept.put(b.id, h, key, value, epoch);
         });
     }
@@ -1199,7 +1448,13 @@ mod host {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
                 .collect();
-            crate::__private::bindings::wasi::keyvalue::batch::set_many(&b.bucket, &owned)
+            CALLS
+                .with_borrow(|c| {
+                    crate::__private::bindings::wasi::keyvalue::batch::set_many(
+                        &c.buckets[b.id].handle,
+                        &owned,
+                    )
+                })
                 .map_err(error)?;
             pairs.iter().for_each(|(k, v)| took(b, k, Some(v)));
             return Ok(());
@@ -1214,8 +1469,8 @@ mod host {
     ) -> Result<(Vec<String>, Option<String>), super::Error> {
         // The host lists what it holds: the call's writes go there first.
         send_writes(false).map_err(super::Error::Other)?;
-        b.bucket
-            .list_keys(cursor)
+        CALLS
+            .with_borrow(|c| c.buckets[b.id].handle.list_keys(cursor))
             .map(|r| (r.keys, r.cursor))
             .map_err(error)
     }
@@ -1224,17 +1479,16 @@ mod host {
     /// `write-packed` per bucket: `forget`, the call returns and they are emptied; otherwise
     /// they stay, sent, for the call's later reads.
     fn send_writes(forget: bool) -> Result<(), String> {
-        let buckets = OPEN.with_borrow(|o| o.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>());
         CALLS.with_borrow_mut(|c| {
-            for (w, bucket) in c.writes.iter_mut().zip(&buckets) {
-                if w.has_unsent() {
-                    state_limits::write_packed(bucket, &w.unsent())
+            for b in &mut c.buckets {
+                if b.writes.has_unsent() {
+                    state_limits::write_packed(&b.handle, &b.writes.unsent())
                         .map_err(|e| error(e).to_string())?;
                 }
                 if forget {
-                    w.clear();
+                    b.writes.clear();
                 } else {
-                    w.mark_sent();
+                    b.writes.mark_sent();
                 }
             }
             Ok(())
@@ -1250,8 +1504,10 @@ mod host {
             }
         }
         CALLS.with_borrow_mut(|c| {
-            c.writes.iter_mut().for_each(Writes::clear);
+            c.buckets.iter_mut().for_each(|b| b.writes.clear());
             c.kept.begin_call();
+            // (The marks of the call that ended hold no more.)
+            c.call += 1;
         });
         IN_CALL.set(!send);
     }
