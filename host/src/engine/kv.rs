@@ -44,12 +44,8 @@ pub struct Kv {
     spec: Option<Arc<StateSpec>>,
     /// The partition of the call in progress.
     part: Option<Arc<PartitionState>>,
-    /// Writes of the call in progress, in order, and the latest of each key among the
-    /// first `indexed` of them (indexed when a read comes after writes: a stage that writes
-    /// in one `set-many` at the end of its call, as the Rust SDK does, never pays for it).
-    writes: Vec<(Slot, Option<Encoded>)>,
-    latest: SlotMap<usize>,
-    indexed: usize,
+    /// Writes of the call in progress.
+    writes: CallWrites,
     /// Shadow candidate: writes stay in `writes` and are dropped after each call.
     throwaway: bool,
     /// The write time of the call in progress (ms since the epoch; one clock read per call).
@@ -78,6 +74,110 @@ struct CacheEpoch {
 /// A [`CacheEpoch::version`] no state has.
 const STALE: u64 = u64::MAX;
 
+/// The writes of a call in progress, in order: the keys' text one after another in one
+/// string (no allocation per key: the partition's log shares the key it holds already, or
+/// copies a new one once), and the latest write of each key among the first `indexed`
+/// (indexed when a read or a listing comes after writes: a stage that sends its writes in
+/// one list when its call returns, as the Rust SDK does, never pays for it).
+#[derive(Debug, Default)]
+struct CallWrites {
+    keys: String,
+    /// Bucket, where the key is in `keys`, the encoded value.
+    writes: Vec<(u16, std::ops::Range<usize>, Option<Encoded>)>,
+    /// Made at the first read after writes (none: a default `CallWrites` costs nothing, so
+    /// it can be taken out of the store while the guest's memory is read).
+    latest: Option<SlotMap<usize>>,
+    indexed: usize,
+}
+
+impl CallWrites {
+    fn push(&mut self, bucket: u16, key: &str, value: Option<Encoded>) {
+        let at = self.keys.len();
+        self.keys.push_str(key);
+        self.writes.push((bucket, at..self.keys.len(), value));
+    }
+
+    fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Drops the writes from the `len`th on (a list refused whole).
+    fn truncate(&mut self, len: usize) {
+        if let Some((_, key, _)) = self.writes.get(len) {
+            self.keys.truncate(key.start);
+        }
+        self.writes.truncate(len);
+        if self.indexed > len {
+            self.forget_index();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.writes.clear();
+        self.forget_index();
+    }
+
+    fn forget_index(&mut self) {
+        if let Some(l) = &mut self.latest {
+            l.clear();
+        }
+        self.indexed = 0;
+    }
+
+    fn slot(&self, i: usize) -> SlotRef<'_> {
+        let (bucket, key, _) = &self.writes[i];
+        SlotRef(*bucket, &self.keys[key.clone()])
+    }
+
+    /// Brings `latest` up to date.
+    fn index(&mut self) -> &SlotMap<usize> {
+        let mut latest = self.latest.take().unwrap_or_default();
+        for i in self.indexed..self.writes.len() {
+            latest.insert(self.slot(i).to_slot(), i);
+        }
+        self.indexed = self.writes.len();
+        self.latest.insert(latest)
+    }
+
+    /// The call's latest write of `slot` (none: it wrote none; `Some(None)`: a delete).
+    fn latest(&mut self, slot: SlotRef<'_>) -> Option<Option<&Encoded>> {
+        if self.writes.is_empty() {
+            return None;
+        }
+        let &i = self.index().get(&slot)?;
+        Some(self.writes[i].2.as_ref())
+    }
+
+    /// Each key the call wrote, and whether its latest write leaves a value.
+    fn latest_keys(&mut self) -> impl Iterator<Item = (&Slot, bool)> {
+        self.index();
+        let writes = &self.writes;
+        self.latest
+            .iter()
+            .flatten()
+            .map(|(slot, &i)| (slot, writes[i].2.is_some()))
+    }
+
+    /// The writes in order, handed over (the call's writes are empty after).
+    fn drain(&mut self) -> impl Iterator<Item = (SlotRef<'_>, Option<Encoded>)> {
+        self.forget_index();
+        let keys = &self.keys;
+        self.writes
+            .drain(..)
+            .map(move |(bucket, key, value)| (SlotRef(bucket, &keys[key]), value))
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = (SlotRef<'_>, Option<&Encoded>)> {
+        (0..self.writes.len()).map(|i| (self.slot(i), self.writes[i].2.as_ref()))
+    }
+}
+
 impl Kv {
     /// Access for a stage with this state (none: `open` answers `access-denied`), whose
     /// instances may hold `memory` bytes.
@@ -94,8 +194,6 @@ impl Kv {
     pub fn begin_batch(&mut self) {
         if self.throwaway {
             self.writes.clear();
-            self.latest.clear();
-            self.indexed = 0;
         }
     }
 
@@ -110,8 +208,6 @@ impl Kv {
         self.now = now_ms();
         if !self.throwaway {
             self.writes.clear();
-            self.latest.clear();
-            self.indexed = 0;
         }
     }
 
@@ -122,13 +218,15 @@ impl Kv {
         if self.throwaway {
             return;
         }
-        self.latest.clear();
-        self.indexed = 0;
-        let writes = std::mem::take(&mut self.writes);
         let asked = std::mem::take(&mut self.asked);
-        let Some(p) = &self.part else { return };
-        let (before, after) = if !writes.is_empty() {
-            p.add_call(first, tag, writes)
+        let Some(p) = &self.part else {
+            self.writes.clear();
+            return;
+        };
+        let (before, after) = if !self.writes.is_empty() {
+            let made = p.add_call(first, tag, self.writes.drain());
+            self.writes.clear();
+            made
         } else if asked {
             let v = p.version();
             (v, v)
@@ -197,59 +295,65 @@ impl Kv {
         })
     }
 
-    /// Brings `latest` up to date with the call's writes.
-    fn index(&mut self) {
-        for (i, (slot, _)) in self.writes.iter().enumerate().skip(self.indexed) {
-            self.latest.insert(slot.clone(), i);
-        }
-        self.indexed = self.writes.len();
-    }
-
     fn get(&mut self, slot: SlotRef<'_>) -> Result<Option<Vec<u8>>, KvError> {
-        if !self.writes.is_empty() {
-            self.index();
-            if let Some(&i) = self.latest.get(&slot) {
-                return Ok(self.writes[i]
-                    .1
-                    .as_deref()
-                    .map(|v| crate::state::decode(v).1.to_vec()));
-            }
+        if let Some(v) = self.writes.latest(slot) {
+            return Ok(v.map(|v| crate::state::decode(v).1.to_vec()));
         }
         self.part()?
             .get(slot)
             .map_err(|e| KvError::Other(e.to_string()))
     }
 
-    fn put(&mut self, bucket: u16, key: Arc<str>, value: Option<&[u8]>) -> Result<(), KvError> {
+    fn put(&mut self, bucket: u16, key: &str, value: Option<&[u8]>) -> Result<(), KvError> {
         if let Some(v) = value {
-            self.check_size(&key, v.len())?;
+            self.check_size(key, v.len())?;
         }
         self.part()?;
         self.writes
-            .push(((bucket, key), value.map(|v| encode_shared(self.now, v))));
+            .push(bucket, key, value.map(|v| encode_shared(self.now, v)));
         Ok(())
     }
 
-    /// A `set-many`'s writes, every value already checked ([`Self::check_size`]): all of them
-    /// join the call's writes, or none.
-    fn put_many(&mut self, writes: Vec<(Slot, Option<Encoded>)>) -> Result<(), KvError> {
-        if writes.is_empty() {
-            return Ok(());
-        }
+    /// A `set-many`'s writes to `bucket`: all of them join the call's writes (every value
+    /// within `state.max_value`), or none.
+    fn put_many<'a>(
+        &mut self,
+        bucket: u16,
+        pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Result<(), KvError> {
         self.part()?;
-        self.writes.extend(writes);
+        let len = self.writes.len();
+        for (key, value) in pairs {
+            if let Err(e) = self.check_size(key, value.len()) {
+                self.writes.truncate(len);
+                return Err(e);
+            }
+            self.writes
+                .push(bucket, key, Some(encode_shared(self.now, value)));
+        }
         Ok(())
     }
 
     /// A `write-packed` list's writes to `bucket` (`key-len:u32 value-len:u32 key value`,
-    /// little-endian; a value length of [`ABSENT`], the packed formats' absent, deletes),
-    /// every key UTF-8 and every value within `state.max_value`; otherwise what is wrong,
-    /// and none of them.
-    fn unpack(
+    /// little-endian; a value length of [`ABSENT`], the packed formats' absent, deletes)
+    /// join the call's writes when every key is UTF-8 and every value within
+    /// `state.max_value`; otherwise none of them does, and the answer says what is wrong.
+    /// (`into`: the call's writes, taken out of `self` while the guest's memory is read.)
+    fn unpack(&self, into: &mut CallWrites, bucket: u16, packed: &[u8]) -> Result<(), KvError> {
+        let len = into.len();
+        let unpacked = self.unpack_into(into, bucket, packed);
+        if unpacked.is_err() {
+            into.truncate(len);
+        }
+        unpacked
+    }
+
+    fn unpack_into(
         &self,
+        into: &mut CallWrites,
         bucket: u16,
         mut packed: &[u8],
-    ) -> Result<Vec<(Slot, Option<Encoded>)>, KvError> {
+    ) -> Result<(), KvError> {
         fn take<'a>(packed: &mut &'a [u8], n: usize) -> Result<&'a [u8], KvError> {
             if packed.len() < n {
                 return Err(KvError::Other(format!(
@@ -266,7 +370,6 @@ impl Kv {
                 take(packed, 4)?.try_into().expect("4 bytes"),
             ))
         }
-        let mut writes = Vec::new();
         while !packed.is_empty() {
             let klen = word(&mut packed)? as usize;
             let vlen = word(&mut packed)?;
@@ -279,9 +382,9 @@ impl Kv {
                     Some(encode_shared(self.now, take(&mut packed, n as usize)?))
                 }
             };
-            writes.push(((bucket, Arc::<str>::from(key)), value));
+            into.push(bucket, key, value);
         }
-        Ok(writes)
+        Ok(())
     }
 
     /// A value of `len` bytes for `key` is refused when over `state.max_value`.
@@ -360,8 +463,14 @@ fn add_borrowing(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
                 Ok(bucket) => bucket,
                 Err(e) => return Ok((Err(e),)),
             };
-            let writes = cx.data().kv.unpack(bucket, packed.as_le_slice(&cx));
-            Ok((writes.and_then(|w| cx.data_mut().kv.put_many(w)),))
+            // (The call's writes are taken out of the store while the guest's memory is read.)
+            let mut writes = std::mem::take(&mut cx.data_mut().kv.writes);
+            let kv = &cx.data().kv;
+            let unpacked = kv
+                .part()
+                .and_then(|_| kv.unpack(&mut writes, bucket, packed.as_le_slice(&cx)));
+            cx.data_mut().kv.writes = writes;
+            Ok((unpacked,))
         },
     )?;
     Ok(())
@@ -379,20 +488,29 @@ fn set_many_borrowed(
         Ok(bucket) => bucket,
         Err(e) => return Ok(Err(e)),
     };
-    let now = cx.data().kv.now;
-    let mut writes = Vec::with_capacity(pairs.len());
-    for (k, v) in pairs {
-        let key = k.to_str(&*cx)?;
-        let value = v.as_le_slice(&*cx);
-        if let Err(e) = cx.data().kv.check_size(&key, value.len()) {
+    // (The call's writes are taken out of the store while the guest's memory is read.)
+    let mut writes = std::mem::take(&mut cx.data_mut().kv.writes);
+    let len = writes.len();
+    let added = (|| {
+        let kv = &cx.data().kv;
+        if let Err(e) = kv.part() {
             return Ok(Err(e));
         }
-        writes.push((
-            (bucket, Arc::<str>::from(&*key)),
-            Some(encode_shared(now, value)),
-        ));
+        for (k, v) in pairs {
+            let key = k.to_str(&*cx)?;
+            let value = v.as_le_slice(&*cx);
+            if let Err(e) = kv.check_size(&key, value.len()) {
+                return Ok(Err(e));
+            }
+            writes.push(bucket, &key, Some(encode_shared(kv.now, value)));
+        }
+        Ok(Ok(()))
+    })();
+    if !matches!(added, Ok(Ok(()))) {
+        writes.truncate(len);
     }
-    Ok(cx.data_mut().kv.put_many(writes))
+    cx.data_mut().kv.writes = writes;
+    added
 }
 
 impl state_limits::Host for StageState {
@@ -412,8 +530,13 @@ impl state_limits::Host for StageState {
     fn write_packed(&mut self, b: Resource<BucketHandle>, packed: Vec<u8>) -> Result<(), KvError> {
         // (Shadowed by the borrowing one in `add_borrowing`, which the linker calls.)
         let bucket = bucket_of(self, &b)?;
-        let writes = self.kv.unpack(bucket, &packed)?;
-        self.kv.put_many(writes)
+        let mut writes = std::mem::take(&mut self.kv.writes);
+        let kv = &self.kv;
+        let unpacked = kv
+            .part()
+            .and_then(|_| kv.unpack(&mut writes, bucket, &packed));
+        self.kv.writes = writes;
+        unpacked
     }
 }
 
@@ -450,12 +573,12 @@ impl store::HostBucket for StageState {
         value: Vec<u8>,
     ) -> Result<(), KvError> {
         let bucket = bucket_of(self, &b)?;
-        self.kv.put(bucket, key.into(), Some(&value))
+        self.kv.put(bucket, &key, Some(&value))
     }
 
     fn delete(&mut self, b: Resource<BucketHandle>, key: String) -> Result<(), KvError> {
         let bucket = bucket_of(self, &b)?;
-        self.kv.put(bucket, key.into(), None)
+        self.kv.put(bucket, &key, None)
     }
 
     fn exists(&mut self, b: Resource<BucketHandle>, key: String) -> Result<bool, KvError> {
@@ -469,22 +592,20 @@ impl store::HostBucket for StageState {
         cursor: Option<String>,
     ) -> Result<KeyResponse, KvError> {
         let bucket = bucket_of(self, &b)?;
-        self.kv.index();
-        let kv = &self.kv;
+        let kv = &mut self.kv;
         let (mut keys, mut next) = kv
             .part()?
             .list(bucket, cursor.as_deref())
             .map_err(|e| KvError::Other(e.to_string()))?;
         // The call's own writes since the page was read.
         let mut changed = false;
-        for (slot, &i) in &kv.latest {
+        for (slot, present) in kv.writes.latest_keys() {
             if slot.0 != bucket || cursor.as_deref().is_some_and(|c| &*slot.1 <= c) {
                 continue;
             }
             if next.as_deref().is_some_and(|n| &*slot.1 > n) {
                 continue;
             }
-            let present = kv.writes[i].1.is_some();
             match (keys.binary_search_by(|k| k.as_str().cmp(&slot.1)), present) {
                 (Ok(at), false) => {
                     keys.remove(at);
@@ -528,7 +649,7 @@ impl atomics::Host for StageState {
             })?),
         };
         let sum = now.wrapping_add(delta);
-        self.kv.put(slot.0, slot.1, Some(&sum.to_le_bytes()))?;
+        self.kv.put(slot.0, &slot.1, Some(&sum.to_le_bytes()))?;
         Ok(sum)
     }
 
@@ -554,7 +675,7 @@ impl atomics::Host for StageState {
             return Err(atomics::CasError::CasFailed((fresh, now)));
         }
         self.kv
-            .put(slot.0, slot.1, Some(&value))
+            .put(slot.0, &slot.1, Some(&value))
             .map_err(atomics::CasError::StoreError)
     }
 }
@@ -614,18 +735,16 @@ impl batch::Host for StageState {
     ) -> Result<(), KvError> {
         // (Shadowed by `set_many_borrowed`, which the linker calls; the same checks.)
         let bucket = bucket_of(self, &b)?;
-        let mut writes = Vec::with_capacity(key_values.len());
-        for (k, v) in key_values {
-            self.kv.check_size(&k, v.len())?;
-            writes.push(((bucket, k.into()), Some(encode_shared(self.kv.now, &v))));
-        }
-        self.kv.put_many(writes)
+        self.kv.put_many(
+            bucket,
+            key_values.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+        )
     }
 
     fn delete_many(&mut self, b: Resource<BucketHandle>, keys: Vec<String>) -> Result<(), KvError> {
         let bucket = bucket_of(self, &b)?;
         for k in keys {
-            self.kv.put(bucket, k.into(), None)?;
+            self.kv.put(bucket, &k, None)?;
         }
         Ok(())
     }
@@ -635,7 +754,8 @@ impl batch::Host for StageState {
 mod tests {
     use std::sync::Arc;
 
-    use super::{Kv, KvError};
+    use super::{CallWrites, Kv, KvError};
+    use crate::state::log::SlotRef;
     use crate::state::{decode, StateSpec};
     use weir_abi::ABSENT;
 
@@ -660,6 +780,13 @@ mod tests {
         out.extend_from_slice(value.unwrap_or_default());
     }
 
+    /// A `write-packed` list unpacked by `kv` in a call on a partition: the call's writes.
+    fn unpack(kv: &Kv, bucket: u16, packed: &[u8]) -> Result<CallWrites, KvError> {
+        let mut writes = CallWrites::default();
+        kv.unpack(&mut writes, bucket, packed)?;
+        Ok(writes)
+    }
+
     fn other(r: Result<impl std::fmt::Debug, KvError>) -> String {
         match r {
             Err(KvError::Other(e)) => e,
@@ -674,10 +801,10 @@ mod tests {
         write(&mut packed, b"", Some(b""));
         write(&mut packed, "é".as_bytes(), None);
         write(&mut packed, b"a", Some(b"22"));
-        let writes = kv(2).unpack(3, &packed).expect("parses");
+        let writes = unpack(&kv(2), 3, &packed).expect("parses");
         let got: Vec<(u16, &str, Option<&[u8]>)> = writes
             .iter()
-            .map(|((b, k), v)| (*b, &**k, v.as_deref().map(|v| decode(v).1)))
+            .map(|(SlotRef(b, k), v)| (b, k, v.map(|v| decode(v).1)))
             .collect();
         assert_eq!(
             got,
@@ -688,7 +815,7 @@ mod tests {
                 (3, "a", Some(&b"22"[..])),
             ]
         );
-        assert!(kv(2).unpack(0, &[]).expect("empty").is_empty());
+        assert!(unpack(&kv(2), 0, &[]).expect("empty").is_empty());
     }
 
     #[test]
@@ -697,24 +824,44 @@ mod tests {
         write(&mut good, b"a", Some(b"1"));
         // Cut short anywhere: refused.
         for cut in 1..good.len() {
-            let e = other(kv(10).unpack(0, &good[..cut]));
+            let e = other(unpack(&kv(10), 0, &good[..cut]));
             assert!(e.contains("ends inside a write"), "cut at {cut}: {e}");
         }
         let mut bad = good.clone();
         write(&mut bad, &[0xff, 0xfe], Some(b"x"));
-        assert!(other(kv(10).unpack(0, &bad)).contains("not UTF-8"));
+        assert!(other(unpack(&kv(10), 0, &bad)).contains("not UTF-8"));
         let mut big = good.clone();
         write(&mut big, b"k", Some(&[7; 11]));
-        let e = other(kv(10).unpack(0, &big));
+        let e = other(unpack(&kv(10), 0, &big));
         assert!(
             e.contains("11 bytes") && e.contains("state.max_value"),
             "{e}"
         );
+        // After the call's earlier writes (read back, so indexed): those stay, none of the
+        // refused list's joins them.
+        let mut writes = unpack(&kv(10), 0, &good).expect("parses");
+        let mut more = Vec::new();
+        write(&mut more, b"b", Some(b"2"));
+        write(&mut more, b"a", Some(b"3"));
+        kv(10).unpack(&mut writes, 0, &more).expect("parses");
+        assert!(writes.latest(SlotRef(0, "b")).is_some());
+        write(&mut more, b"c", Some(&[7; 11]));
+        let mut refused = unpack(&kv(10), 0, &good).expect("parses");
+        assert!(refused.latest(SlotRef(0, "a")).is_some(), "indexed");
+        other(kv(10).unpack(&mut refused, 0, &more));
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused.keys, "a");
+        let a = refused
+            .latest(SlotRef(0, "a"))
+            .expect("a")
+            .expect("a value");
+        assert_eq!(decode(a).1, b"1");
+        assert_eq!(refused.latest(SlotRef(0, "b")), None);
         // A huge claimed length is an error, not an allocation.
         let mut lie = Vec::new();
         lie.extend_from_slice(&1u32.to_le_bytes());
         lie.extend_from_slice(&(ABSENT - 1).to_le_bytes());
         lie.push(b'k');
-        assert!(other(kv(usize::MAX).unpack(0, &lie)).contains("ends inside a write"));
+        assert!(other(unpack(&kv(usize::MAX), 0, &lie)).contains("ends inside a write"));
     }
 }

@@ -149,18 +149,26 @@ impl Log {
     }
 
     /// Appends a write to the chain run in progress.
-    pub fn push(&mut self, mut e: Entry) {
+    pub fn push(&mut self, e: Entry) {
+        self.push_ref(e.first, e.tag, SlotRef::of(&e.slot), e.value);
+    }
+
+    /// Appends a write of `slot` to the chain run in progress (see [`Entry`] for `first` and
+    /// `tag`). A key the log knows is shared with it (no allocation of the key); a new one
+    /// is copied once.
+    pub fn push_ref(&mut self, first: i64, tag: i64, slot: SlotRef<'_>, value: Option<Encoded>) {
         let seq = self.end();
-        self.held += held(&e.slot, &e.value);
-        let latest = Latest::Write(seq, e.value.clone());
-        // A key written before keeps its map slot and its key (no second `Arc` of it).
-        let before = match self.map.get_mut(&SlotRef::of(&e.slot)) {
-            Some(l) => Some(std::mem::replace(l, latest)),
+        self.held += held_with_key(slot.1.len(), &value);
+        let latest = Latest::Write(seq, value.clone());
+        let (slot, before) = match self.map.get_key_value_mut(&slot) {
+            Some((known, l)) => (known.clone(), Some(std::mem::replace(l, latest))),
             None => {
-                self.map.insert(e.slot.clone(), latest);
-                None
+                let slot = slot.to_slot();
+                self.map.insert(slot.clone(), latest);
+                (slot, None)
             }
         };
+        let mut e = Entry::new(first, tag, slot, value);
         e.prev = match before {
             Some(Latest::Write(p, _)) => match self.at_mut(p) {
                 Some(before) => {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use self::log::{Entry, Found, Log, Slot, SlotRef};
+use self::log::{Entry, Found, Log, SlotRef};
 pub use self::store::{Checkpoint, StageStore, StoreError};
 use crate::config::{PipelineConfig, StageConfig};
 use crate::sink::{ChangeRecord, Changelog};
@@ -377,17 +377,17 @@ impl PartitionState {
 
     /// A call that returned, on messages `first..=tag`: its writes join the chain run in
     /// progress. Returns the [`Self::version`] before and after them.
-    pub fn add_call(
+    pub fn add_call<'a>(
         &self,
         first: i64,
         tag: i64,
-        writes: impl IntoIterator<Item = (Slot, Option<Encoded>)>,
+        writes: impl IntoIterator<Item = (SlotRef<'a>, Option<Encoded>)>,
     ) -> (u64, u64) {
         let mut g = self.lock();
         let before = g.version;
         let end = g.log.end();
         for (slot, value) in writes {
-            g.log.push(Entry::new(first, tag, slot, value));
+            g.log.push_ref(first, tag, slot, value);
         }
         if g.log.end() > end {
             g.version += 1;
@@ -945,7 +945,7 @@ mod tests {
         };
         let reg = StateRegistry::open_specs(dir.path(), vec![spec]).unwrap();
         let stage = reg.stage("s").unwrap();
-        let write = |k: &str, v: &[u8]| ((0u16, Arc::<str>::from(k)), Some(encode_shared(1, v)));
+        let write = |k: &'static str, v: &[u8]| (SlotRef(0, k), Some(encode_shared(1, v)));
         let (k0, k1) = (PartitionKey::new("in", 0), PartitionKey::new("in", 1));
         let p0 = stage.partition(&k0, 0).unwrap();
         let p1 = stage.partition(&k1, 0).unwrap();
