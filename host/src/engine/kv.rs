@@ -463,14 +463,10 @@ fn add_borrowing(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
                 Ok(bucket) => bucket,
                 Err(e) => return Ok((Err(e),)),
             };
-            // (The call's writes are taken out of the store while the guest's memory is read.)
-            let mut writes = std::mem::take(&mut cx.data_mut().kv.writes);
-            let kv = &cx.data().kv;
-            let unpacked = kv
-                .part()
-                .and_then(|_| kv.unpack(&mut writes, bucket, packed.as_le_slice(&cx)));
-            cx.data_mut().kv.writes = writes;
-            Ok((unpacked,))
+            add_from_guest(&mut cx, |cx, kv, writes| {
+                Ok(kv.unpack(writes, bucket, packed.as_le_slice(cx)))
+            })
+            .map(|r| (r,))
         },
     )?;
     Ok(())
@@ -488,24 +484,37 @@ fn set_many_borrowed(
         Ok(bucket) => bucket,
         Err(e) => return Ok(Err(e)),
     };
-    // (The call's writes are taken out of the store while the guest's memory is read.)
-    let mut writes = std::mem::take(&mut cx.data_mut().kv.writes);
-    let len = writes.len();
-    let added = (|| {
-        let kv = &cx.data().kv;
-        if let Err(e) = kv.part() {
-            return Ok(Err(e));
-        }
+    add_from_guest(cx, |cx, kv, writes| {
         for (k, v) in pairs {
-            let key = k.to_str(&*cx)?;
-            let value = v.as_le_slice(&*cx);
+            let key = k.to_str(cx)?;
+            let value = v.as_le_slice(cx);
             if let Err(e) = kv.check_size(&key, value.len()) {
                 return Ok(Err(e));
             }
             writes.push(bucket, &key, Some(encode_shared(kv.now, value)));
         }
         Ok(Ok(()))
-    })();
+    })
+}
+
+/// Adds to the call's writes what `add` reads in the guest's memory: all of it, or none when
+/// `add` answers an error or traps (or no call is in progress). The call's writes are taken
+/// out of the store meanwhile, so that `add` may read the guest's memory while it adds.
+fn add_from_guest<'a>(
+    cx: &mut StoreContextMut<'a, StageState>,
+    add: impl FnOnce(
+        &StoreContextMut<'a, StageState>,
+        &Kv,
+        &mut CallWrites,
+    ) -> wasmtime::Result<Result<(), KvError>>,
+) -> wasmtime::Result<Result<(), KvError>> {
+    let mut writes = std::mem::take(&mut cx.data_mut().kv.writes);
+    let len = writes.len();
+    let kv = &cx.data().kv;
+    let added = match kv.part() {
+        Ok(_) => add(cx, kv, &mut writes),
+        Err(e) => Ok(Err(e)),
+    };
     if !matches!(added, Ok(Ok(()))) {
         writes.truncate(len);
     }

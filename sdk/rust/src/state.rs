@@ -421,6 +421,21 @@ pub(crate) mod packed {
         }
     }
 
+    /// Overwrites the write at `o` (its key `klen` bytes) with `value` where it is, when it is
+    /// not sent yet (at or after `sent`) and `value` is as long (absent as absent): nothing
+    /// stale for the sending to filter out. Whether it did.
+    fn in_place(buf: &mut [u8], sent: usize, o: usize, klen: usize, value: Option<&[u8]>) -> bool {
+        let vlen = value.map_or(ABSENT, |v| v.len() as u32);
+        if o < sent || word(buf, o + 4) != vlen {
+            return false;
+        }
+        if let Some(v) = value {
+            let vat = o + 8 + klen;
+            buf[vat..vat + v.len()].copy_from_slice(v);
+        }
+        true
+    }
+
     impl Writes {
         /// No writes; keys hashed with `hash`.
         pub(crate) fn new(hash: KeyHash) -> Self {
@@ -481,18 +496,11 @@ pub(crate) mod packed {
                 ..
             } = self;
             let key = key.as_bytes();
-            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
             let at = buf.len() as u32;
             match index.find_entry(h, |&o| same(entry(buf, o as usize).0, key)) {
                 Ok(mut e) => {
                     let o = *e.get() as usize;
-                    if o >= *sent && word(buf, o + 4) == vlen {
-                        // Not sent yet, and a value as long: it is overwritten where it is
-                        // (nothing stale for the sending to filter out).
-                        if let Some(v) = value {
-                            let vat = o + 8 + key.len();
-                            buf[vat..vat + v.len()].copy_from_slice(v);
-                        }
+                    if in_place(buf, *sent, o, key.len(), value) {
                         return;
                     }
                     *stale |= o >= *sent;
@@ -522,12 +530,7 @@ pub(crate) mod packed {
         /// where the write is now.
         pub(crate) fn rewrite(&mut self, at: u32, key: &str, value: Option<&[u8]>) -> u32 {
             let o = at as usize;
-            let vlen = value.map_or(ABSENT, |v| v.len() as u32);
-            if o >= self.sent && word(&self.buf, o + 4) == vlen {
-                if let Some(v) = value {
-                    let vat = o + 8 + key.len();
-                    self.buf[vat..vat + v.len()].copy_from_slice(v);
-                }
+            if in_place(&mut self.buf, self.sent, o, key.len(), value) {
                 return at;
             }
             self.stale |= o >= self.sent;
