@@ -344,10 +344,12 @@ mod same_tests {
     }
 }
 
-/// A call's write of `key` (hashed `h`) in bucket `bucket`: it joins the call's packed
-/// writes (sent when the call returns) and is kept. A kept value remembers where its write is
-/// in the call's packed writes, so the call's next write of the key goes there (in place
-/// when it can) without a lookup of its own; a value not kept is written with the lookup.
+/// A call's write of `key` (hashed by `h`, asked only when needed) in bucket `bucket`: it
+/// joins the call's packed writes (sent when the call returns) and is kept. A kept value
+/// remembers where its write is in the call's packed writes, so the call's next write of the
+/// key goes there (in place when it can) without a lookup of its own; a value not kept is
+/// written with the lookup. A write of the key the last read found needs no hash at all
+/// ([`kept::Kept::put_with`]).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_kept(
@@ -355,13 +357,13 @@ pub(crate) fn write_kept(
     writes: &mut packed::Writes,
     call: u64,
     bucket: usize,
-    h: u64,
+    h: impl Fn() -> u64,
     key: &str,
     value: Option<&[u8]>,
     ask: impl FnOnce() -> kept::Epoch,
 ) {
     let mut written = false;
-    kept.put_with(bucket, h, key, value, ask, |w| {
+    kept.put_with(bucket, &h, key, value, ask, |w| {
         let at = if w.call == call {
             writes.rewrite(w.at, key, value)
         } else {
@@ -371,7 +373,7 @@ pub(crate) fn write_kept(
         written = true;
     });
     if !written {
-        writes.write(h, key, value);
+        writes.write(h(), key, value);
     }
 }
 
@@ -844,14 +846,6 @@ pub(crate) mod kept {
     }
 
     impl Values {
-        fn get(&self, h: u64, key: &[u8]) -> Option<&Entry> {
-            self.table.find(h, |e| e.is(key))
-        }
-
-        fn get_mut(&mut self, h: u64, key: &[u8]) -> Option<&mut Entry> {
-            self.table.find_mut(h, |e| e.is(key))
-        }
-
         /// Adds `e` (hashed `h` with `hash`), whose key is not here.
         fn insert(&mut self, hash: KeyHash, h: u64, e: Entry) {
             self.table.insert_unique(h, e, |e| hash.of(e.key()));
@@ -873,6 +867,13 @@ pub(crate) mod kept {
         pub keep_bytes: u64,
     }
 
+    /// Where a read found a kept value: its bucket and its place in that bucket's table.
+    #[derive(Debug, Clone, Copy)]
+    struct Found {
+        bucket: usize,
+        index: usize,
+    }
+
     /// Bytes a kept value counts for besides its key and value (the map's slot and the two
     /// allocations, roughly).
     const OVERHEAD: usize = 48;
@@ -888,6 +889,11 @@ pub(crate) mod kept {
         call: Option<Epoch>,
         /// Where the call's epoch is in `epochs` (none: not looked up since it changed).
         slot: Option<usize>,
+        /// Where the last read found a kept value (none: it found none, or values were
+        /// added or forgotten since): a write of the key right after its read (a
+        /// read-modify-write) finds it there without a hash or a lookup. Only a hint: a
+        /// write uses it when the value there, in the call's table, has the write's key.
+        found: Option<Found>,
         epochs: Vec<(u64, Vec<Values>)>,
         /// Bytes kept, counted as [`OVERHEAD`] plus key and value per value.
         bytes: usize,
@@ -912,6 +918,7 @@ pub(crate) mod kept {
                 hash: KeyHash::with_seed(0),
                 call: None,
                 slot: None,
+                found: None,
                 epochs: Vec::new(),
                 bytes: 0,
                 ops: 0,
@@ -931,6 +938,7 @@ pub(crate) mod kept {
         pub(crate) fn begin_call(&mut self) {
             self.call = None;
             self.slot = None;
+            self.found = None;
         }
 
         /// Counts a read or write (`hit`: a read answered here); false while nothing is
@@ -999,6 +1007,7 @@ pub(crate) mod kept {
         fn forget(&mut self, epoch: u64) {
             if let Some(at) = self.epochs.iter().position(|(n, _)| *n == epoch) {
                 self.slot = None;
+                self.found = None;
                 let (_, buckets) = self.epochs.swap_remove(at);
                 let gone: usize = buckets.iter().map(Values::bytes).sum();
                 self.bytes -= gone;
@@ -1014,14 +1023,18 @@ pub(crate) mod kept {
             key: &str,
             ask: impl FnOnce() -> Epoch,
         ) -> Option<Option<Vec<u8>>> {
+            self.found = None;
             if self.off > 0 {
                 self.tally(false);
                 return None;
             }
-            let v = self
-                .values(bucket, ask)?
-                .get(h, key.as_bytes())
-                .map(|e| e.value().map(<[u8]>::to_vec));
+            let table = &self.values(bucket, ask)?.table;
+            let index = table.find_bucket_index(h, |e| e.is(key.as_bytes()));
+            let v = index.map(|i| {
+                let e = table.get_bucket(i).expect("the place just found");
+                e.value().map(<[u8]>::to_vec)
+            });
+            self.found = index.map(|index| Found { bucket, index });
             self.tally(v.is_some());
             v
         }
@@ -1038,16 +1051,18 @@ pub(crate) mod kept {
             ask: impl FnOnce() -> Epoch,
         ) {
             // (Not the call's write in its packed writes, or not that one any more.)
-            self.put_with(bucket, h, key, value, ask, |w| *w = Written::default());
+            self.put_with(bucket, &|| h, key, value, ask, |w| *w = Written::default());
         }
 
         /// [`Self::put`], handing `mark` where the key's latest write of the call is in the
         /// call's packed writes (as `mark` last left it) to update; false when the value is
-        /// not kept (`mark` may have run: what it marked is forgotten).
+        /// not kept (`mark` may have run: what it marked is forgotten). `h` hashes the key,
+        /// asked only when the last read did not find this very key (a read-modify-write
+        /// writes without a hash or a lookup).
         pub(crate) fn put_with(
             &mut self,
             bucket: usize,
-            h: u64,
+            h: &impl Fn() -> u64,
             key: &str,
             value: Option<&[u8]>,
             ask: impl FnOnce() -> Epoch,
@@ -1057,11 +1072,16 @@ pub(crate) mod kept {
                 return false;
             }
             let hash = self.hash;
+            // (The last read's find, when it is this key's: `is` tells, whatever happened.)
+            let found = self.found.filter(|f| f.bucket == bucket).map(|f| f.index);
             let Some(values) = self.values(bucket, ask) else {
                 return false;
             };
             let key = key.as_bytes();
-            let added = if let Some(e) = values.get_mut(h, key) {
+            let index = found
+                .filter(|&i| values.table.get_bucket(i).is_some_and(|e| e.is(key)))
+                .or_else(|| values.table.find_bucket_index(h(), |e| e.is(key)));
+            let added = if let Some(e) = index.and_then(|i| values.table.get_bucket_mut(i)) {
                 let before = e.size();
                 e.set(value);
                 mark(&mut e.written);
@@ -1070,7 +1090,9 @@ pub(crate) mod kept {
                 let mut e = Entry::new(key, value);
                 mark(&mut e.written);
                 let n = e.size();
-                values.insert(hash, h, e);
+                values.insert(hash, h(), e);
+                // (The table may have moved its values.)
+                self.found = None;
                 n as isize
             };
             self.bytes = self.bytes.saturating_add_signed(added);
@@ -1087,6 +1109,7 @@ pub(crate) mod kept {
         /// Forgets everything kept.
         fn start_over(&mut self) {
             self.slot = None;
+            self.found = None;
             self.epochs.clear();
             self.bytes = 0;
         }
@@ -1251,7 +1274,7 @@ pub(crate) mod kept {
                             }
                         }
                         Op::Write(b, k, v) => {
-                            write_kept(&mut kept, &mut writes[b as usize], call, b as usize, h(k), &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
+                            write_kept(&mut kept, &mut writes[b as usize], call, b as usize, || h(k), &key(k), v.as_deref(), || host.epoch(part, keep_bytes));
                             wrote.insert((b, key(k)), v.clone());
                             host.write(part, b, k, v, true);
                         }
@@ -1410,8 +1433,9 @@ mod host {
     /// ([`super::write_kept`]).
     fn write(b: &Open, key: &str, value: Option<&[u8]>) {
         CALLS.with_borrow_mut(|c| {
-            let h = c.hash.of(key.as_bytes());
+            let hash = c.hash;
             let writes = &mut c.buckets[b.id].writes;
+            let h = || hash.of(key.as_bytes());
             super::write_kept(&mut c.kept, writes, c.call, b.id, h, key, value, epoch);
         });
     }
