@@ -61,6 +61,19 @@ fn totals(lines: &[Value]) -> Vec<(String, i64)> {
 
 #[test]
 fn a_calls_writes_and_deletes_show_in_its_own_reads_and_key_listings() {
+    writes_and_deletes_show_in_reads_and_listings(&[]);
+}
+
+#[test]
+fn a_bucket_opened_in_init_and_kept_serves_every_call_as_one_opened_per_message() {
+    // The host's `open` answers outside a call too (only reads and writes need one): a stage
+    // may open its buckets once in `init` and keep them (the SDK's docs say so).
+    writes_and_deletes_show_in_reads_and_listings(&[("open_in_init", "true")]);
+}
+
+/// `misbehave` with `list_in: seen` (and `config`) over writes and a delete, in one packed
+/// call, then a second run.
+fn writes_and_deletes_show_in_reads_and_listings(config: &[(&str, &str)]) {
     // One packed call answers all of them: the Rust SDK keeps the call's writes in the guest
     // until it returns, so every read and listing must see the earlier messages' writes.
     let s = scratch!();
@@ -75,7 +88,12 @@ fn a_calls_writes_and_deletes_show_in_its_own_reads_and_key_listings() {
     .map(|(k, v)| json!({"key": k, "value": v}))
     .collect();
     s.jsonl("in.jsonl", &input);
-    misbehave_in_seen(&s, "list_in");
+    let mut config = config.to_vec();
+    config.push(("list_in", "seen"));
+    jsonl_pipeline(
+        &s,
+        &stateful("m", MISBEHAVE, "{ buckets: [seen] }", &config),
+    );
     run_ok(&s);
     let listed: Vec<String> = s
         .read_jsonl("out.jsonl")

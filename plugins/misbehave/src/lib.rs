@@ -11,7 +11,8 @@
 //! `write_in_init: BUCKET`, `init` writes to that bucket and fails with what the write
 //! answered. With config `list_in: BUCKET`, a message sets its key in that bucket (value
 //! `delete`: deletes it), lists the bucket's keys and goes on with them as its value, joined
-//! by `,`.
+//! by `,`; with config `open_in_init: "true"` too, that bucket is opened once in `init` and
+//! kept for every message (what the SDK's docs say a stage may do).
 use weir_sdk::state::Bucket;
 use weir_sdk::{Config, Message, Outcome};
 
@@ -20,6 +21,8 @@ pub struct Setup {
     count_in: Option<String>,
     get_set: Option<String>,
     list_in: Option<String>,
+    /// Config `open_in_init`: the `list_in` bucket, opened in `init` and kept.
+    held: Option<Bucket>,
 }
 
 /// Reads the config.
@@ -31,11 +34,21 @@ pub fn setup(config: &Config) -> Result<Setup, String> {
     }
     match config.get("init_error") {
         Some(e) => Err(e.to_owned()),
-        None => Ok(Setup {
-            count_in: config.get("count_in").map(str::to_owned),
-            get_set: config.get("get_set").map(str::to_owned),
-            list_in: config.get("list_in").map(str::to_owned),
-        }),
+        None => {
+            let list_in = config.get("list_in").map(str::to_owned);
+            let held = match (&list_in, config.get("open_in_init")) {
+                (Some(name), Some("true")) => {
+                    Some(Bucket::open(name).map_err(|e| format!("open in init: {e}"))?)
+                }
+                _ => None,
+            };
+            Ok(Setup {
+                count_in: config.get("count_in").map(str::to_owned),
+                get_set: config.get("get_set").map(str::to_owned),
+                list_in,
+                held,
+            })
+        }
     }
 }
 
@@ -66,13 +79,17 @@ pub fn misbehave(msg: &Message<'_>, setup: &Setup) -> Outcome {
     }
     if let Some(name) = &setup.list_in {
         let key = msg.key_str().unwrap_or_default();
-        let listed = Bucket::open(name).and_then(|b| {
+        let list = |b: &Bucket| {
             match value() {
                 "delete" => b.delete(key)?,
                 value => b.set(key, value)?,
             }
             b.keys()
-        });
+        };
+        let listed = match &setup.held {
+            Some(b) => list(b),
+            None => Bucket::open(name).and_then(|b| list(&b)),
+        };
         return match listed {
             Ok(keys) => Outcome::map(msg.to_owned().value(keys.join(","))),
             Err(e) => Outcome::reject(format!("state: {e}")),

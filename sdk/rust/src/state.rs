@@ -81,7 +81,10 @@ impl std::fmt::Debug for Bucket {
 
 impl Bucket {
     /// Opens the bucket `name` (declared under the stage's `state.buckets`). The instance keeps
-    /// the host's handle: opening on every message costs no host call after the first.
+    /// the host's handle: opening on every message costs no host call after the first, only
+    /// a lookup by name (about 30 ns in wasm). A stage may also open its buckets once in its
+    /// `init` and keep them in what `init` returns: reads and writes need a message in
+    /// progress, opening does not.
     pub fn open(name: &str) -> Result<Bucket, Error> {
         #[cfg(target_arch = "wasm32")]
         return host::open_cached(name).map(|inner| Bucket { inner });
