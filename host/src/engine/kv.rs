@@ -105,6 +105,21 @@ impl CallWrites {
         self.writes.is_empty()
     }
 
+    /// Runs `add`, which adds writes; when what it answers is not `ok`, the writes it added
+    /// are dropped: a list joins the call's writes whole or not at all.
+    fn all_or_none<R>(
+        &mut self,
+        add: impl FnOnce(&mut Self) -> R,
+        ok: impl FnOnce(&R) -> bool,
+    ) -> R {
+        let len = self.len();
+        let added = add(self);
+        if !ok(&added) {
+            self.truncate(len);
+        }
+        added
+    }
+
     /// Drops the writes from the `len`th on (a list refused whole).
     fn truncate(&mut self, len: usize) {
         if let Some((_, key, _)) = self.writes.get(len) {
@@ -305,12 +320,9 @@ impl Kv {
     }
 
     fn put(&mut self, bucket: u16, key: &str, value: Option<&[u8]>) -> Result<(), KvError> {
-        if let Some(v) = value {
-            self.check_size(key, v.len())?;
-        }
         self.part()?;
-        self.writes
-            .push(bucket, key, value.map(|v| encode_shared(self.now, v)));
+        let value = self.encoded(key, value)?;
+        self.writes.push(bucket, key, value);
         Ok(())
     }
 
@@ -322,16 +334,25 @@ impl Kv {
         pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     ) -> Result<(), KvError> {
         self.part()?;
-        let len = self.writes.len();
-        for (key, value) in pairs {
-            if let Err(e) = self.check_size(key, value.len()) {
-                self.writes.truncate(len);
-                return Err(e);
-            }
-            self.writes
-                .push(bucket, key, Some(encode_shared(self.now, value)));
+        let checked: Vec<_> = pairs
+            .into_iter()
+            .map(|(key, value)| Ok((key, self.encoded(key, Some(value))?)))
+            .collect::<Result<_, KvError>>()?;
+        for (key, value) in checked {
+            self.writes.push(bucket, key, value);
         }
         Ok(())
+    }
+
+    /// A write's value as the call's writes hold it: within `state.max_value` and encoded
+    /// (none: a delete).
+    fn encoded(&self, key: &str, value: Option<&[u8]>) -> Result<Option<Encoded>, KvError> {
+        value
+            .map(|v| {
+                self.check_size(key, v.len())?;
+                Ok(encode_shared(self.now, v))
+            })
+            .transpose()
     }
 
     /// A `write-packed` list's writes to `bucket` (`key-len:u32 value-len:u32 key value`,
@@ -340,14 +361,11 @@ impl Kv {
     /// `state.max_value`; otherwise none of them does, and the answer says what is wrong.
     /// (`into`: the call's writes, taken out of `self` while the guest's memory is read.)
     fn unpack(&self, into: &mut CallWrites, bucket: u16, packed: &[u8]) -> Result<(), KvError> {
-        let len = into.len();
-        let unpacked = self.unpack_into(into, bucket, packed);
-        if unpacked.is_err() {
-            into.truncate(len);
-        }
-        unpacked
+        into.all_or_none(|w| self.unpack_into(w, bucket, packed), Result::is_ok)
     }
 
+    /// [`Self::unpack`], leaving the writes before a bad one in `into` (the caller keeps
+    /// all or none).
     fn unpack_into(
         &self,
         into: &mut CallWrites,
@@ -377,12 +395,9 @@ impl Kv {
                 .map_err(|e| KvError::Other(format!("write-packed: a key is not UTF-8: {e}")))?;
             let value = match vlen {
                 ABSENT => None,
-                n => {
-                    self.check_size(key, n as usize)?;
-                    Some(encode_shared(self.now, take(&mut packed, n as usize)?))
-                }
+                n => Some(take(&mut packed, n as usize)?),
             };
-            into.push(bucket, key, value);
+            into.push(bucket, key, self.encoded(key, value)?);
         }
         Ok(())
     }
@@ -464,7 +479,7 @@ fn add_borrowing(linker: &mut Linker<StageState>) -> wasmtime::Result<()> {
                 Err(e) => return Ok((Err(e),)),
             };
             add_from_guest(&mut cx, |cx, kv, writes| {
-                Ok(kv.unpack(writes, bucket, packed.as_le_slice(cx)))
+                Ok(kv.unpack_into(writes, bucket, packed.as_le_slice(cx)))
             })
             .map(|r| (r,))
         },
@@ -487,11 +502,10 @@ fn set_many_borrowed(
     add_from_guest(cx, |cx, kv, writes| {
         for (k, v) in pairs {
             let key = k.to_str(cx)?;
-            let value = v.as_le_slice(cx);
-            if let Err(e) = kv.check_size(&key, value.len()) {
-                return Ok(Err(e));
+            match kv.encoded(&key, Some(v.as_le_slice(cx))) {
+                Ok(value) => writes.push(bucket, &key, value),
+                Err(e) => return Ok(Err(e)),
             }
-            writes.push(bucket, &key, Some(encode_shared(kv.now, value)));
         }
         Ok(Ok(()))
     })
@@ -509,15 +523,14 @@ fn add_from_guest<'a>(
     ) -> wasmtime::Result<Result<(), KvError>>,
 ) -> wasmtime::Result<Result<(), KvError>> {
     let mut writes = std::mem::take(&mut cx.data_mut().kv.writes);
-    let len = writes.len();
     let kv = &cx.data().kv;
-    let added = match kv.part() {
-        Ok(_) => add(cx, kv, &mut writes),
-        Err(e) => Ok(Err(e)),
-    };
-    if !matches!(added, Ok(Ok(()))) {
-        writes.truncate(len);
-    }
+    let added = writes.all_or_none(
+        |w| match kv.part() {
+            Ok(_) => add(cx, kv, w),
+            Err(e) => Ok(Err(e)),
+        },
+        |added| matches!(added, Ok(Ok(()))),
+    );
     cx.data_mut().kv.writes = writes;
     added
 }
