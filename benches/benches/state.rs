@@ -6,7 +6,9 @@
 //!   every 40 batches), `get_set_changelog` (the same, plus the batch's changelog records
 //!   sent by the at-least-once changelog producer to an in-process mock cluster) and
 //!   `get_set_changelog_per_commit` (the exactly-once flow: each key's last write since the
-//!   last commit sent just before the commit, through the same producer).
+//!   last commit sent just before the commit, through the same producer), and
+//!   `changelog_records_only`, the floor under the changelog rows: a batch's 256 changelog
+//!   records (one per message), made beforehand, sent through the same producer, no stage.
 //! * `state_restore/*`: a partition's store restored from its changelog (30,000 records on
 //!   the mock cluster, into an empty state dir), and a store of 1,000,000 keys whose checkpoint
 //!   is at the changelog's end (a restart: nothing to re-read).
@@ -164,7 +166,61 @@ fn state_batch(c: &mut Criterion) {
             )
         });
     }
+    // The floor under every changelog row: a batch's 256 changelog records (one per message,
+    // what the at-least-once flow sends when every write is its own record), made beforehand
+    // and produced through the same producer, with no stage and no state.
+    let src = src_of(&broker);
+    let log = KafkaChangelog::open(&src, None, Default::default(), None).expect("producer");
+    let topic: std::sync::Arc<str> = "bench.m.kv.changelog".into();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let mut next: i64 = 0;
+    g.bench_function("changelog_records_only", |b| {
+        b.iter_batched(
+            || {
+                let first = next;
+                next += BATCH as i64;
+                (first..first + BATCH as i64)
+                    .map(|o| weir::sink::ChangeRecord {
+                        topic: topic.clone(),
+                        key: format!("key-{:06}", o as usize % keys).into(),
+                        value: Some(weir::state::encode_shared(
+                            0,
+                            weir_benches::value(o as usize).as_bytes(),
+                        )),
+                        tag: o,
+                    })
+                    .collect::<Vec<_>>()
+            },
+            |records| {
+                let t = Ticket::new(
+                    key.clone(),
+                    1,
+                    records[0].tag,
+                    BATCH as u32,
+                    done_tx.clone(),
+                );
+                log.write(&lane, &records, &t);
+                while done_rx.try_recv().is_ok() {}
+                records
+            },
+            BatchSize::SmallInput,
+        )
+    });
     g.finish();
+}
+
+/// The Kafka source of the bench's pipeline on `broker` (for a producer of its own).
+fn src_of(broker: &EmbeddedBroker) -> weir::config::KafkaSource {
+    let cfg = weir::config::load_str(
+        std::path::Path::new("bench.yaml"),
+        &yaml(std::path::Path::new("unused"), broker.bootstrap(), false),
+        &|_| None,
+    )
+    .expect("pipeline");
+    match cfg.source {
+        weir::config::SourceConfig::Kafka(src) => src,
+        _ => unreachable!(),
+    }
 }
 
 fn state_restore(c: &mut Criterion) {
