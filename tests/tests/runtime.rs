@@ -95,6 +95,8 @@ struct Shared {
     world: Mutex<World>,
     /// The sink holds acknowledgements.
     stall: AtomicBool,
+    /// The changelog holds acknowledgements (the sink's go on).
+    changelog_stall: AtomicBool,
     /// The sink's acknowledgements report failure.
     fail_acks: AtomicBool,
     /// The sink panics on its next write (a bug in a driver's thread).
@@ -118,6 +120,7 @@ impl Shared {
         Arc::new(Shared {
             world: Mutex::new(World::default()),
             stall: AtomicBool::new(false),
+            changelog_stall: AtomicBool::new(false),
             fail_acks: AtomicBool::new(false),
             panic: AtomicBool::new(false),
             eos: AtomicBool::new(false),
@@ -145,7 +148,11 @@ impl Shared {
             let n = n.min(w.held.len());
             w.held.drain(..n).collect()
         };
-        let changes = std::mem::take(&mut self.world().held_changes);
+        let changes = if self.changelog_stall.load(Ordering::SeqCst) {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.world().held_changes)
+        };
         let fail = self.fail_acks.load(Ordering::SeqCst);
         let eos = self.eos.load(Ordering::SeqCst);
         for ((topic, partition, key, value, tag), t) in changes {
@@ -196,7 +203,47 @@ impl Shared {
         }
         w.violations.extend(bad);
         drop(w);
-        self.check_state(key, false);
+        // (An at-least-once changelog may hold writes of messages above a commit: a new
+        // owner restores them and runs the messages again.)
+        self.check_state(key, self.changelog.load(Ordering::SeqCst));
+        self.check_changelog(key, offset);
+    }
+
+    /// At-least-once with a changelog, at a commit of `next` for partition `key`: the
+    /// changelog (its acknowledged records, each key's last) holds at least the writes of the
+    /// delivered messages below `next`, so that a new owner restoring it counts none of them
+    /// short.
+    fn check_changelog(&self, key: &PartitionKey, next: i64) {
+        if !self.changelog.load(Ordering::SeqCst) || self.eos.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut w = self.world();
+        let log = w.logs.get(key).cloned().unwrap_or_default();
+        let expected = fold(&log[..(next.max(0) as usize).min(log.len())]);
+        let mut latest = BTreeMap::new();
+        let topic = ("t.m.counts.changelog".to_owned(), key.partition);
+        for (k, v) in w.changelog.get(&topic).into_iter().flatten() {
+            match v {
+                Some(v) => {
+                    let (_, n) = weir::state::decode(v);
+                    latest.insert(
+                        k.clone(),
+                        i64::from_le_bytes(n.try_into().expect("a counter")),
+                    );
+                }
+                None => {
+                    latest.remove(k);
+                }
+            }
+        }
+        if !expected
+            .iter()
+            .all(|(k, n)| latest.get(k).is_some_and(|l| l >= n))
+        {
+            w.violations.push(format!(
+                "{key} committed at {next} while the changelog holds {latest:?}, short of the delivered messages' {expected:?}"
+            ));
+        }
     }
 
     /// Checks a stateful stage's store for partition `key`: its data must be the writes of
@@ -271,6 +318,9 @@ enum Step {
     Stall(bool),
     /// The sink acknowledges the first this many records it holds (and goes on holding).
     AckFirst(usize),
+    /// The changelog holds (true) or acknowledges (false) from now on; releasing
+    /// acknowledges what it held.
+    StallChangelog(bool),
     /// The sink's acknowledgements fail from now on.
     FailAcks,
     /// The sink's next write panics (in the driver thread that calls it).
@@ -391,6 +441,12 @@ impl FakeSource {
                     }
                 }
                 Step::AckFirst(n) => self.shared.release_first(n),
+                Step::StallChangelog(on) => {
+                    self.shared.changelog_stall.store(on, Ordering::SeqCst);
+                    if !on {
+                        self.shared.release();
+                    }
+                }
                 Step::FailAcks => self.shared.fail_acks.store(true, Ordering::SeqCst),
                 Step::PanicInSink => self.shared.panic.store(true, Ordering::SeqCst),
                 Step::Until(cond) => {
@@ -727,8 +783,8 @@ impl Transactions for FakeTxns {
 }
 
 // ---------------------------------------------------------------------------------------
-// The fake changelog: acknowledged with the sink's records (held while the sink stalls);
-// under exactly-once its records join the partition's open transaction.
+// The fake changelog: acknowledged with the sink's records (held while the sink or the
+// changelog stalls); under exactly-once its records join the partition's open transaction.
 
 struct FakeChangelog {
     shared: Arc<Shared>,
@@ -1707,6 +1763,126 @@ fn state_with_a_changelog_a_fail_after_commits_rolls_back_to_the_committed_value
 }
 
 #[test]
+fn state_at_least_once_sends_each_keys_last_write_per_commit_not_each_runs_writes() {
+    // Three runs of three messages, no commit tick between them (the interval is long): the
+    // changelog gets `seen` and `ok` once each, at the commit that ends the run, with the
+    // totals of all nine messages (each run's writes would be six records).
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let mut opts = options();
+    opts.commit_interval = Duration::from_secs(60);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        opts,
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| w.delivered.len() == 3),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| w.delivered.len() == 6),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| w.delivered.len() == 9),
+            Step::Close(vec![p(0)]),
+        ],
+        None,
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    assert_eq!(last_commit(&w, &p(0)), Some(9), "{:?}", w.commits);
+    let mut keys: Vec<&str> = w.changelog[&("t.m.counts.changelog".to_owned(), 0)]
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["ok", "seen"], "one record per key for the commit");
+    drop(w);
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    assert_eq!(stored_counts(&b, &p(0)), counts(&[("seen", 9), ("ok", 9)]));
+}
+
+#[test]
+fn state_at_least_once_commits_no_offset_whose_writes_the_changelog_has_not_acknowledged() {
+    // The sink acknowledges at once, the changelog holds its records: commit ticks pass and
+    // nothing is committed; once the changelog acknowledges, the offsets commit.
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        options(),
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::StallChangelog(true),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| w.delivered.len() == 3 && !w.held_changes.is_empty()),
+            Step::Sleep(Duration::from_millis(100)),
+            Step::Check(
+                |w| last_commit(w, &p(0)).is_none_or(|c| c == 0),
+                "no offset committed while the changelog holds the writes below it",
+            ),
+            Step::StallChangelog(false),
+            Step::Until(|w| last_commit(w, &p(0)) == Some(3)),
+            Step::Close(vec![p(0)]),
+        ],
+        None,
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    assert_eq!(last_commit(&w, &p(0)), Some(3));
+    drop(w);
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    assert_eq!(stored_counts(&b, &p(0)), counts(&[("seen", 3), ("ok", 3)]));
+}
+
+#[test]
+fn state_at_least_once_a_revocation_commits_only_what_the_changelog_acknowledged() {
+    // The changelog holds its records through a revocation: the revocation waits for them
+    // (its timeout), then commits nothing above what the changelog holds; the next owner
+    // runs the messages again, and once the changelog acknowledges, it commits.
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        options(),
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::StallChangelog(true),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| w.delivered.len() == 3 && !w.held_changes.is_empty()),
+            Step::Revoke(vec![p(0)]),
+            Step::Check(
+                |w| last_commit(w, &p(0)).is_none_or(|c| c == 0),
+                "the revocation committed nothing the changelog does not hold",
+            ),
+            Step::StallChangelog(false),
+            Step::Assign(vec![p(0)]),
+            Step::Close(vec![p(0)]),
+        ],
+        None,
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    assert_eq!(last_commit(&w, &p(0)), Some(3));
+    assert_eq!(w.delivered.len(), 6, "the next owner ran the three again");
+    drop(w);
+    // At least once: the messages run again count again.
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    let stored = stored_counts(&b, &p(0));
+    assert!(stored["seen"] >= 3 && stored["ok"] >= 3, "{stored:?}");
+}
+
+#[test]
 fn state_a_commit_never_splits_a_batch_call_whose_writes_belong_to_all_its_messages() {
     // One packed call answers ten messages and writes once for all of them; the sink
     // acknowledges five, then the partition is revoked: a commit at 5 would put the call's
@@ -1764,12 +1940,16 @@ fn state_a_commit_never_splits_a_batch_call_whose_writes_belong_to_all_its_messa
 
 #[test]
 fn state_model_random_rebalances_and_stalls_commit_exactly_the_writes_of_delivered_messages() {
+    // Without a changelog the store commits with the offsets: exactly the delivered
+    // messages' writes. With one (at-least-once: each commit's records sent before its
+    // offsets, a revocation waiting for them), never fewer: a record acknowledged after its
+    // revocation gave up on it brings writes of messages that run again.
     let n = std::env::var("WEIR_STATE_MODEL_SEEDS").map_or(30, |n| n.parse().expect("a number"));
-    for seed in 1..=n {
+    for (seed, changelog) in (1..=n).flat_map(|s| [(s, false), (s, true)]) {
         let (script, drivers) = random_script(seed);
         let dir = tempfile::tempdir().unwrap();
         let shared = Shared::new();
-        with_state(&shared, dir.path(), false);
+        with_state(&shared, dir.path(), changelog);
         let mut opts = options();
         opts.revoke_timeout = Duration::from_millis(20);
         let out = run_on(&shared, drivers, 8, opts, script, None);
@@ -1784,11 +1964,20 @@ fn state_model_random_rebalances_and_stalls_commit_exactly_the_writes_of_deliver
         drop(w);
         let b = shared.state.lock().unwrap().clone().unwrap();
         for (k, log) in &logs {
-            assert_eq!(
-                stored_counts(&b, k),
-                fold(log),
-                "seed {seed}: {k}: every message counted exactly once at the end"
-            );
+            let (stored, expected) = (stored_counts(&b, k), fold(log));
+            if changelog {
+                assert!(
+                    expected
+                        .iter()
+                        .all(|(key, n)| stored.get(key).is_some_and(|s| s >= n)),
+                    "seed {seed}: {k}: a message not counted at the end (changelog): stored {stored:?}, delivered {expected:?}"
+                );
+            } else {
+                assert_eq!(
+                    stored, expected,
+                    "seed {seed}: {k}: every message counted exactly once at the end"
+                );
+            }
         }
     }
 }
@@ -1879,19 +2068,21 @@ fn state_the_changelog_checkpoint_follows_the_commits_so_a_restart_rereads_only_
             let log = &w.changelog[&("t.m.counts.changelog".to_owned(), 0)];
             (log.len(), log.iter().filter(|(k, _)| k == "seen").count())
         };
-        // `seen` is written by every message; a run sends each key's last write only, and
-        // exactly-once a transaction does.
+        // `seen` is written by every message; a commit (exactly-once: a transaction) sends
+        // each key's last write below it only.
         assert!(
             (1..100).contains(&seen_records),
             "eos {eos}: {seen_records} changelog records of `seen` for 300 messages"
         );
-        if eos {
-            let commits = shared.world().txn.commits.len();
-            assert!(
-                seen_records <= commits,
-                "{seen_records} changelog records of `seen` in {commits} transactions"
-            );
-        }
+        let commits = if eos {
+            shared.world().txn.commits.len()
+        } else {
+            shared.world().commits.len()
+        };
+        assert!(
+            seen_records <= commits,
+            "eos {eos}: {seen_records} changelog records of `seen` in {commits} commits"
+        );
         let b = shared.state.lock().unwrap().clone().unwrap();
         let cp = b.store().checkpoint(&p(0)).unwrap();
         assert_eq!(

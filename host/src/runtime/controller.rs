@@ -85,9 +85,11 @@ impl Controller {
             return;
         }
         let source = &self.source;
+        let due = self.core.committable();
+        // (At-least-once with a changelog: what it holds the writes below.)
         let due: Vec<_> = self
             .core
-            .committable()
+            .through_changelog(due)
             .into_iter()
             // Until the commit is confirmed it is sent again at every tick.
             .filter(|(k, next)| source.committed(k).is_none_or(|c| c < *next))

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::driver::{DriverControl, DriverError, LaneHandle};
+use super::logged::Logged;
 use super::watermark::Watermark;
 use crate::chain::Failure;
 use crate::metrics::Metrics;
-use crate::sink::{Completion, Settled, SinkError};
+use crate::sink::{Changelog, Completion, Settled, SinkError};
 use crate::source::{Handler, Item, PartitionKey, SourceError};
 
 /// Fixed cost counted per queued message on top of its payload (for the byte budget).
@@ -102,6 +103,8 @@ pub(super) struct LaneState {
     /// The flow state last written to `weir_partition_state` (0 reading, 1 held, 2 paused;
     /// -1 before the first).
     pub(super) reported_state: i64,
+    /// At-least-once with a changelog: where its writes stand with the changelog.
+    pub(super) logged: Logged,
 }
 
 pub(super) struct DriverSlot {
@@ -136,6 +139,12 @@ pub(super) struct Core {
     pub(super) txn_committed: BTreeMap<PartitionKey, i64>,
     /// Stages' state: committed offsets apply their writes (at-least-once).
     pub(super) state: Option<Arc<crate::state::StateRegistry>>,
+    /// At-least-once with stateful stages: their changelog, which holds every write below a
+    /// committed offset (see [`super::logged`]).
+    pub(super) changelog: Option<Arc<dyn Changelog>>,
+    /// Acknowledgements of the changelog records sent at commits.
+    pub(super) logged_tx: Sender<Completion>,
+    pub(super) logged_rx: Receiver<Completion>,
 }
 
 impl Core {
@@ -148,6 +157,7 @@ impl Core {
         metrics
             .in_flight_budget
             .set(i64::try_from(opts.max_in_flight).unwrap_or(i64::MAX));
+        let (logged_tx, logged_rx) = crossbeam_channel::unbounded();
         Core {
             lanes: BTreeMap::new(),
             next_generation: 0,
@@ -175,12 +185,21 @@ impl Core {
             first_read: None,
             txn_committed: BTreeMap::new(),
             state: None,
+            changelog: None,
+            logged_tx,
+            logged_rx,
         }
     }
 
     /// With stages' state.
     pub(super) fn with_state(mut self, state: Option<Arc<crate::state::StateRegistry>>) -> Self {
         self.state = state;
+        self
+    }
+
+    /// At-least-once with stateful stages: their changelog.
+    pub(super) fn with_changelog(mut self, changelog: Option<Arc<dyn Changelog>>) -> Self {
+        self.changelog = changelog;
         self
     }
 
@@ -267,6 +286,7 @@ impl Core {
         while let Ok(c) = self.completions.try_recv() {
             self.apply(c);
         }
+        self.take_logged();
         let mut freed = 0;
         for ps in self.lanes.values_mut() {
             for lane in ps.values_mut() {
@@ -400,8 +420,31 @@ impl Core {
             }
         }
         self.settle();
-        // 3. What to commit while the partitions are still ours; then forget them.
+        // 3. What to commit while the partitions are still ours (at-least-once with a
+        // changelog: once it holds the writes below); then forget them.
+        // (Within the revocation's wait; the shutdown's final one, which has none, since its
+        // drivers have stopped, gets the drain's.)
+        let logged_by = if self.opts.revoke_timeout.is_zero() {
+            Instant::now() + self.opts.drain_timeout
+        } else {
+            deadline
+        };
         let mut commit = Vec::new();
+        for k in keys {
+            let Some(next) = self
+                .lane(k)
+                .and_then(|l| l.watermark.as_ref())
+                .map(|w| w.committable())
+            else {
+                continue;
+            };
+            let next = self.commit_point(k, next);
+            if self.opts.transactional {
+                commit.push((k.clone(), next));
+            } else if let Some(next) = self.logged_before_revoke(k, next, logged_by) {
+                commit.push((k.clone(), next));
+            }
+        }
         for k in keys {
             let removed = self
                 .lanes
@@ -411,9 +454,6 @@ impl Core {
                 self.metrics.forget_partition(&k.topic, k.partition);
                 self.in_flight -= lane.bytes.iter().map(|(_, b)| b).sum::<usize>();
                 self.drivers[lane.driver].lanes -= 1;
-                if let Some(w) = &lane.watermark {
-                    commit.push((k.clone(), self.commit_point(k, w.committable())));
-                }
             }
         }
         self.lanes.retain(|_, ps| !ps.is_empty());
@@ -476,6 +516,7 @@ impl Handler for Core {
                     slow_until: None,
                     end: None,
                     reported_state: -1,
+                    logged: Logged::default(),
                 },
             );
             if let Some(old) = old {

@@ -23,6 +23,7 @@ mod deliver;
 mod driver;
 mod flow;
 mod lanes;
+mod logged;
 mod progress;
 mod startup;
 pub mod watermark;
@@ -136,10 +137,10 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         .map(Arc::new);
     if let (Some(s), Some(log)) = (&state, &changelog) {
         // The stores are caches of their changelogs (synced at close, not per commit; the
-        // checkpoints follow the acknowledged records), and the stages' writes are copied for
-        // the changelog: with each run's outcomes, or, exactly-once, each key's last write
-        // per transaction.
-        s.set_cache_of_changelog(log.acks(), transactions.is_some());
+        // checkpoints follow the acknowledged records), and the changelog gets each key's
+        // last write per commit: in the transaction (exactly-once) or just before the
+        // offsets commit (at-least-once, `logged`).
+        s.set_cache_of_changelog(log.acks(), true);
     }
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
     let mut controls = Vec::new();
@@ -166,7 +167,13 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
     let backstop = options.drain_timeout + Duration::from_secs(10);
     let controller = Controller {
         source,
-        core: Core::new(controls, done_rx, options, metrics).with_state(state),
+        core: Core::new(controls, done_rx, options, metrics)
+            .with_state(state.clone())
+            .with_changelog(
+                changelog
+                    .clone()
+                    .filter(|_| transactions.is_none() && state.is_some()),
+            ),
         events: events_rx,
         sinks: vec![sink.clone(), rejects.clone()],
         stop: stop.clone(),
