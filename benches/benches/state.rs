@@ -3,11 +3,10 @@
 //! * `state_batch/*`: one batch of 256 messages through the chain (`Chain::run`, what a driver
 //!   calls) with the `misbehave` stage: `stateless` (no state), `get_set` (one `get` and one
 //!   `set` per message, keys cycling over 100,000, the writes to pending and the store commit
-//!   every 40 batches), `get_set_changelog` (the same, plus the batch's changelog records
-//!   sent by the at-least-once changelog producer to an in-process mock cluster) and
-//!   `get_set_changelog_per_commit` (the exactly-once flow: each key's last write since the
-//!   last commit sent just before the commit, through the same producer), and
-//!   `changelog_records_only`, the floor under the changelog rows: a batch's 256 changelog
+//!   every 40 batches), `get_set_changelog_per_commit` (the same, with a changelog: each
+//!   key's last write since the last commit sent just before the commit, as both deliveries
+//!   do, by the at-least-once changelog producer to an in-process mock cluster), and
+//!   `changelog_records_only`, the floor under the changelog row: a batch's 256 changelog
 //!   records (one per message), made beforehand, sent through the same producer, no stage.
 //! * `state_restore/*`: a partition's store restored from its changelog (30,000 records on
 //!   the mock cluster, into an empty state dir), and a store of 1,000,000 keys whose checkpoint
@@ -98,12 +97,11 @@ fn state_batch(c: &mut Criterion) {
     let commit_every = knob("WEIR_BENCH_STATE_COMMIT_EVERY", COMMIT_EVERY);
     let mut g = c.benchmark_group("state_batch");
     g.throughput(Throughput::Elements(BATCH as u64));
-    // (row, state, changelog, each key's last write per commit: the exactly-once flow)
-    for (name, state, changelog, per_commit) in [
-        ("stateless", false, false, false),
-        ("get_set", true, false, false),
-        ("get_set_changelog", true, true, false),
-        ("get_set_changelog_per_commit", true, true, true),
+    // (row, state, changelog)
+    for (name, state, changelog) in [
+        ("stateless", false, false),
+        ("get_set", true, false),
+        ("get_set_changelog_per_commit", true, true),
     ] {
         let dir = tempfile::tempdir().expect("dir");
         let cfg = weir::config::load_str(
@@ -121,8 +119,8 @@ fn state_batch(c: &mut Criterion) {
         let log = changelog
             .then(|| KafkaChangelog::open(src, None, Default::default(), None).expect("producer"));
         if let Some(log) = &log {
-            // As `run_parts` does when the pipeline has a changelog: writes are copied for it.
-            registry.set_cache_of_changelog(log.acks(), per_commit);
+            // As `run_parts` does when the pipeline has a changelog.
+            registry.set_cache_of_changelog(log.acks());
         }
         // As a driver does when the lane is assigned.
         chain
@@ -148,15 +146,12 @@ fn state_batch(c: &mut Criterion) {
                             log.write(&lane, changes, &t);
                         }
                     };
-                    send(&out.changes);
                     batches += 1;
                     if state && batches.is_multiple_of(commit_every) {
                         let next = first + BATCH as i64;
-                        // Exactly-once: each key's last write since the last commit goes
-                        // out just before it (here through the plain producer).
-                        if per_commit {
-                            send(&registry.take_changes(&key, 0, next));
-                        }
+                        // Each key's last write since the last commit goes out just before
+                        // it (here through the plain producer).
+                        send(&registry.take_changes(&key, 0, next));
                         registry.commit(&key, next).expect("commit");
                     }
                     while done_rx.try_recv().is_ok() {}
@@ -166,9 +161,9 @@ fn state_batch(c: &mut Criterion) {
             )
         });
     }
-    // The floor under every changelog row: a batch's 256 changelog records (one per message,
-    // what the at-least-once flow sends when every write is its own record), made beforehand
-    // and produced through the same producer, with no stage and no state.
+    // The floor under the changelog row: a batch's 256 changelog records (one per message,
+    // what a commit sends when every message wrote a key of its own), made beforehand and
+    // produced through the same producer, with no stage and no state.
     let src = src_of(&broker);
     let log = KafkaChangelog::open(&src, None, Default::default(), None).expect("producer");
     let topic: std::sync::Arc<str> = "bench.m.kv.changelog".into();

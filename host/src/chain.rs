@@ -84,9 +84,6 @@ pub struct ChainOutput {
     pub rejects: Vec<Rejected>,
     /// Set when a stage failed: nothing at or after `failure.offset` is in the outputs or rejects.
     pub failure: Option<Failure>,
-    /// Stateful stages' writes for their changelogs (those of the messages whose outcomes
-    /// are above: none at or after a failure).
-    pub changes: Vec<crate::sink::ChangeRecord>,
 }
 
 /// One stage's numbers at the end of a run.
@@ -375,7 +372,7 @@ impl Chain {
                 break;
             }
             for p in &parts {
-                p.finish_batch(false, &mut out.changes);
+                p.finish_batch(false);
             }
             input.retain(|e| e.offset < failure.offset);
             let (again, again_passed) = if input.is_empty() {
@@ -397,7 +394,7 @@ impl Chain {
             }
         }
         for p in &parts {
-            p.finish_batch(true, &mut out.changes);
+            p.finish_batch(true);
         }
         if !passed.is_empty() {
             out.outputs = Input::Owned(input).pick(passed);

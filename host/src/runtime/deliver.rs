@@ -74,36 +74,25 @@ impl Outputs {
                 }
             }
         }
-        // The batch's state writes wait on its first offset: the watermark cannot pass any
-        // offset of the batch before they are all acknowledged. (There are none when the
-        // first offset failed: the writes of a failed run are dropped.)
-        let changelog = self
-            .changelog
-            .as_ref()
-            .filter(|_| !out.changes.is_empty() && !offsets.is_empty());
-        if changelog.is_some() {
-            pending[0] += out.changes.len() as u32;
-        }
-        let tickets: Vec<Option<Arc<Ticket>>> =
-            if sink_later || rejects_later || changelog.is_some() {
-                offsets
-                    .iter()
-                    .zip(&pending)
-                    .map(|(&offset, &n)| {
-                        (n > 0).then(|| {
-                            Ticket::new(
-                                lane.key.clone(),
-                                lane.generation,
-                                offset,
-                                n,
-                                self.done.clone(),
-                            )
-                        })
+        let tickets: Vec<Option<Arc<Ticket>>> = if sink_later || rejects_later {
+            offsets
+                .iter()
+                .zip(&pending)
+                .map(|(&offset, &n)| {
+                    (n > 0).then(|| {
+                        Ticket::new(
+                            lane.key.clone(),
+                            lane.generation,
+                            offset,
+                            n,
+                            self.done.clone(),
+                        )
                     })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let ticket = |later: bool, o: i64| {
             later
                 .then(|| idx(o).and_then(|i| tickets[i].clone()))
@@ -136,9 +125,6 @@ impl Outputs {
             })
             .collect();
         self.rejects.write(lane.lane, records)?;
-        if let (Some(c), Some(Some(t))) = (changelog, tickets.first()) {
-            c.write(lane.lane, &out.changes, t);
-        }
 
         // Offsets with nothing to wait for are done now (or failed).
         let mut done = Vec::with_capacity(offsets.len());

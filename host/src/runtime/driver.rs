@@ -725,7 +725,6 @@ impl Driver {
                 });
             }
         }
-        self.s.metrics.state_writes.inc_by(out.changes.len() as u64);
         let lane = LaneRef {
             key: &l.key,
             generation: l.generation,

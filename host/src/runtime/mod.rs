@@ -140,7 +140,7 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         // checkpoints follow the acknowledged records), and the changelog gets each key's
         // last write per commit: in the transaction (exactly-once) or just before the
         // offsets commit (at-least-once, `logged`).
-        s.set_cache_of_changelog(log.acks(), true);
+        s.set_cache_of_changelog(log.acks());
     }
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
     let mut controls = Vec::new();

@@ -263,6 +263,7 @@ impl Log {
     }
 
     /// Each key's last write in the chain run in progress, in the order they were made.
+    #[cfg(test)]
     pub fn run_latest(&self) -> impl Iterator<Item = &Entry> {
         self.entries
             .range((self.run - self.base) as usize..)

@@ -151,10 +151,6 @@ pub struct PartitionState {
     uid: u64,
     spec: Arc<StateSpec>,
     store: Arc<StageStore>,
-    /// Exactly-once: the changelog gets each key's last write per transaction, taken
-    /// ([`Self::take_changes`]) just before it commits; otherwise each run's writes go out
-    /// with its outcomes.
-    per_transaction: bool,
     inner: Mutex<Inner>,
     /// The stage's bytes held in memory over its partitions ([`StageBuckets::held_bytes`]):
     /// each release of `inner` adds what its log's changed by.
@@ -429,18 +425,11 @@ impl PartitionState {
         !self.lock().log.run_is_empty()
     }
 
-    /// Ends the chain run in progress: its writes are kept (`keep`, also appended to
-    /// `changes` when the stage has a changelog) or rolled back.
-    pub fn finish_batch(&self, keep: bool, changes: &mut Vec<ChangeRecord>) {
+    /// Ends the chain run in progress: its writes are kept (`keep`; a changelog gets them at
+    /// the next commit, [`Self::take_changes`]) or rolled back.
+    pub fn finish_batch(&self, keep: bool) {
         let mut g = self.lock();
         if keep {
-            // Copies for the changelog only when there is one (not for a local source), and
-            // of each key's last write in the run only: the run's records go out, and commit,
-            // together (one ticket; exactly-once: one transaction), so the earlier values of
-            // a key would only be compacted away.
-            if self.store.has_changelog() && !self.per_transaction {
-                changes.extend(g.log.run_latest().map(|e| self.change_record(e)));
-            }
             g.log.keep_run();
         } else {
             Self::undo(&mut g, 0);
@@ -456,15 +445,12 @@ impl PartitionState {
         }
     }
 
-    /// Exactly-once, just before the partition's transaction commits at `next`: the changelog
+    /// Just before the partition commits at `next` (exactly-once: into its transaction;
+    /// at-least-once: sent, the offsets committed once they are acknowledged): the changelog
     /// records of the kept writes tagged below `next` that are not in the changelog yet,
-    /// each key's last (the transaction's earlier values of a key would only be compacted
-    /// away), in the order they were made.
+    /// each key's last (the earlier values of a key since the last commit would only be
+    /// compacted away), in the order they were made.
     pub fn take_changes(&self, next: i64, changes: &mut Vec<ChangeRecord>) {
-        if !self.per_transaction {
-            // The runs' writes went with their outcomes.
-            return;
-        }
         let mut g = self.lock();
         let (last, end) = g.log.changes_since(g.unsent, next);
         changes.extend(last.into_iter().map(|e| self.change_record(e)));
@@ -635,8 +621,6 @@ pub struct StageBuckets {
     /// What the stage declared.
     pub spec: Arc<StateSpec>,
     store: Arc<StageStore>,
-    /// See [`PartitionState::take_changes`].
-    per_transaction: std::sync::atomic::AtomicBool,
     parts: Mutex<HashMap<PartitionKey, Arc<PartitionState>>>,
     /// Bytes its partitions' states hold in memory ([`Self::held_bytes`]).
     held: Arc<AtomicI64>,
@@ -703,7 +687,6 @@ impl StageBuckets {
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             spec: self.spec.clone(),
             store: self.store.clone(),
-            per_transaction: self.per_transaction.load(Ordering::Relaxed),
             inner: Mutex::new(Inner {
                 checkpoint,
                 // The first commits need not reach the store at once either.
@@ -802,7 +785,6 @@ impl StateRegistry {
                 Ok(Arc::new(StageBuckets {
                     spec: Arc::new(spec),
                     store: Arc::new(store),
-                    per_transaction: Default::default(),
                     parts: Mutex::new(HashMap::new()),
                     held: Arc::default(),
                 }))
@@ -818,20 +800,14 @@ impl StateRegistry {
 
     /// The stores are caches of changelogs whose acknowledged records are noted in `acks`:
     /// their commits need not be synced one by one, and they move the changelog checkpoints.
-    /// `per_transaction` (exactly-once): the changelogs get each key's last write per
-    /// transaction ([`Self::take_changes`]), not each run's writes.
-    pub fn set_cache_of_changelog(
-        &self,
-        acks: &Arc<crate::sink::ChangelogAcks>,
-        per_transaction: bool,
-    ) {
+    /// The changelogs get each key's last write per commit ([`Self::take_changes`]).
+    pub fn set_cache_of_changelog(&self, acks: &Arc<crate::sink::ChangelogAcks>) {
         for s in &self.stages {
             s.store.set_cache_of_changelog(acks.clone());
-            s.per_transaction.store(per_transaction, Ordering::Relaxed);
         }
     }
 
-    /// Exactly-once, just before partition `key`'s transaction of assignment `generation`
+    /// Just before partition `key`'s transaction of assignment `generation`
     /// commits at `next`: every stage's changelog records for it (see
     /// [`PartitionState::take_changes`]).
     pub fn take_changes(
@@ -956,7 +932,7 @@ mod tests {
         p1.add_call(0, 0, [write("a", b"1")]);
         let three = stage.held_bytes();
         assert!(three > two, "{three} after {two}");
-        p1.finish_batch(false, &mut Vec::new());
+        p1.finish_batch(false);
         assert_eq!(
             stage.held_bytes(),
             two,
@@ -964,7 +940,7 @@ mod tests {
         );
         // Kept and committed into the store (a local store takes every commit): the values
         // are remembered as the store's, and still held.
-        p0.finish_batch(true, &mut Vec::new());
+        p0.finish_batch(true);
         p0.commit(1).unwrap();
         let remembered = stage.held_bytes();
         assert!(remembered > 1000, "{remembered}");
