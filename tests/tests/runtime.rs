@@ -1842,6 +1842,40 @@ fn state_at_least_once_commits_no_offset_whose_writes_the_changelog_has_not_ackn
 }
 
 #[test]
+fn state_at_least_once_commits_as_soon_as_the_changelog_acknowledges_not_at_the_next_tick() {
+    // A commit tick (every second here) sends the records; the changelog holds them, then
+    // acknowledges: the offsets commit right then (a poll later), not a second later.
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let mut opts = options();
+    opts.commit_interval = Duration::from_secs(1);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        opts,
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::StallChangelog(true),
+            Step::Append(p(0), oks(3)),
+            Step::Until(|w| w.delivered.len() == 3 && !w.held_changes.is_empty()),
+            Step::StallChangelog(false),
+            Step::Polls(1),
+            Step::Check(
+                |w| last_commit(w, &p(0)) == Some(3),
+                "committed as soon as the changelog acknowledged",
+            ),
+            Step::Close(vec![p(0)]),
+        ],
+        None,
+    );
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+}
+
+#[test]
 fn state_at_least_once_a_revocation_commits_only_what_the_changelog_acknowledged() {
     // The changelog holds its records through a revocation: the revocation waits for them
     // (its timeout), then commits nothing above what the changelog holds; the next owner

@@ -84,12 +84,29 @@ impl Controller {
             self.core.update_lag(|k| source.high_watermark(k));
             return;
         }
-        let source = &self.source;
         let due = self.core.committable();
         // (At-least-once with a changelog: what it holds the writes below.)
-        let due: Vec<_> = self
-            .core
-            .through_changelog(due)
+        let due = self.core.through_changelog(due);
+        self.commit_offsets(due);
+        let source = &self.source;
+        self.core.update_lag(|k| source.high_watermark(k));
+    }
+
+    /// At-least-once with a changelog: commits the partitions whose changelog records were
+    /// just acknowledged, without waiting for the next tick.
+    fn commit_logged(&mut self) {
+        if self.core.opts.transactional || !self.core.logged_moved() {
+            return;
+        }
+        let due = self.core.logged_commits();
+        self.commit_offsets(due);
+    }
+
+    /// Commits these offsets through the source (those not committed yet), then applies the
+    /// stages' writes below them to their stores.
+    fn commit_offsets(&mut self, due: Vec<(crate::source::PartitionKey, i64)>) {
+        let source = &self.source;
+        let due: Vec<_> = due
             .into_iter()
             // Until the commit is confirmed it is sent again at every tick.
             .filter(|(k, next)| source.committed(k).is_none_or(|c| c < *next))
@@ -107,8 +124,6 @@ impl Controller {
                 self.core.commit_state(k, *next);
             }
         }
-        let source = &self.source;
-        self.core.update_lag(|k| source.high_watermark(k));
     }
 
     /// The poll loop, then the shutdown sequence. Returns when everything is committed.
@@ -138,6 +153,7 @@ impl Controller {
                 self.driver_event(ev, &mut exited);
             }
             self.core.settle();
+            self.commit_logged();
             let (pause, resume) = self.core.flow();
             if !pause.is_empty() {
                 self.source.pause(&pause);

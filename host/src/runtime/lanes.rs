@@ -145,6 +145,8 @@ pub(super) struct Core {
     /// Acknowledgements of the changelog records sent at commits.
     pub(super) logged_tx: Sender<Completion>,
     pub(super) logged_rx: Receiver<Completion>,
+    /// Acknowledgements since the last commit of the partitions they moved.
+    pub(super) logged_moved: usize,
 }
 
 impl Core {
@@ -188,6 +190,7 @@ impl Core {
             changelog: None,
             logged_tx,
             logged_rx,
+            logged_moved: 0,
         }
     }
 

@@ -24,6 +24,8 @@ pub(super) struct Logged {
     sending: Option<i64>,
     /// A record was lost: nothing is committed past `through` any more (the run stops).
     lost: bool,
+    /// `through` moved since the partition last committed.
+    moved: bool,
 }
 
 impl Default for Logged {
@@ -32,6 +34,7 @@ impl Default for Logged {
             through: i64::MIN,
             sending: None,
             lost: false,
+            moved: false,
         }
     }
 }
@@ -61,6 +64,10 @@ impl Core {
                     self.take_logged();
                     l = self.lane(&key).map_or(l, |l| l.logged);
                 }
+            }
+            if let Some(lane) = self.lane(&key) {
+                // (This commit takes what moved.)
+                lane.logged.moved = false;
             }
             let through = l.through.min(next);
             if through > i64::MIN {
@@ -99,6 +106,30 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Whether a partition's changelog records were acknowledged since it last committed.
+    pub(super) fn logged_moved(&self) -> bool {
+        self.logged_moved > 0
+    }
+
+    /// The partitions whose changelog records were acknowledged since they last committed,
+    /// with what the changelog holds the writes below.
+    pub(super) fn logged_commits(&mut self) -> Vec<(PartitionKey, i64)> {
+        self.logged_moved = 0;
+        let mut out = Vec::new();
+        for (t, parts) in self.lanes.iter_mut() {
+            for (p, lane) in parts.iter_mut() {
+                if std::mem::take(&mut lane.logged.moved) && lane.logged.through > i64::MIN {
+                    let key = PartitionKey {
+                        topic: t.clone(),
+                        partition: *p,
+                    };
+                    out.push((key, lane.logged.through));
+                }
+            }
+        }
+        out
     }
 
     /// Sends partition `key`'s changelog records below `next`; true when there were none to
@@ -148,7 +179,11 @@ impl Core {
         };
         l.logged.sending = None;
         match c.outcome {
-            Settled::Done => l.logged.through = l.logged.through.max(next),
+            Settled::Done => {
+                l.logged.through = l.logged.through.max(next);
+                l.logged.moved = true;
+                self.logged_moved += 1;
+            }
             Settled::Failed | Settled::Undelivered(_) => {
                 l.logged.lost = true;
                 let why = match c.outcome {
