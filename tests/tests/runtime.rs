@@ -97,6 +97,8 @@ struct Shared {
     stall: AtomicBool,
     /// The changelog holds acknowledgements (the sink's go on).
     changelog_stall: AtomicBool,
+    /// The changelog's acknowledgements report failure (the sink's go on).
+    fail_changelog: AtomicBool,
     /// The sink's acknowledgements report failure.
     fail_acks: AtomicBool,
     /// The sink panics on its next write (a bug in a driver's thread).
@@ -121,6 +123,7 @@ impl Shared {
             world: Mutex::new(World::default()),
             stall: AtomicBool::new(false),
             changelog_stall: AtomicBool::new(false),
+            fail_changelog: AtomicBool::new(false),
             fail_acks: AtomicBool::new(false),
             panic: AtomicBool::new(false),
             eos: AtomicBool::new(false),
@@ -154,9 +157,10 @@ impl Shared {
             std::mem::take(&mut self.world().held_changes)
         };
         let fail = self.fail_acks.load(Ordering::SeqCst);
+        let fail_changes = fail || self.fail_changelog.load(Ordering::SeqCst);
         let eos = self.eos.load(Ordering::SeqCst);
         for ((topic, partition, key, value, tag), t) in changes {
-            if !fail && !eos {
+            if !fail_changes && !eos {
                 let mut w = self.world();
                 let log = w.changelog.entry((topic.clone(), partition)).or_default();
                 log.push((key, value));
@@ -164,7 +168,7 @@ impl Shared {
                 drop(w);
                 self.acks.acked(&topic, partition, tag, offset);
             }
-            t.settle(fail.then(|| "the fake broker refused it".to_owned()));
+            t.settle(fail_changes.then(|| "the fake broker refused it".to_owned()));
         }
         for (key, reject, t) in held {
             if !fail {
@@ -321,6 +325,8 @@ enum Step {
     /// The changelog holds (true) or acknowledges (false) from now on; releasing
     /// acknowledges what it held.
     StallChangelog(bool),
+    /// The changelog's acknowledgements fail from now on.
+    FailChangelog,
     /// The sink's acknowledgements fail from now on.
     FailAcks,
     /// The sink's next write panics (in the driver thread that calls it).
@@ -448,6 +454,7 @@ impl FakeSource {
                     }
                 }
                 Step::FailAcks => self.shared.fail_acks.store(true, Ordering::SeqCst),
+                Step::FailChangelog => self.shared.fail_changelog.store(true, Ordering::SeqCst),
                 Step::PanicInSink => self.shared.panic.store(true, Ordering::SeqCst),
                 Step::Until(cond) => {
                     let since = *self.waiting_since.get_or_insert_with(Instant::now);
@@ -1873,6 +1880,45 @@ fn state_at_least_once_commits_as_soon_as_the_changelog_acknowledges_not_at_the_
     assert!(out.controller.reached_end, "{:?}", out.controller);
     let w = shared.world();
     assert!(w.violations.is_empty(), "{:#?}", w.violations);
+}
+
+#[test]
+fn state_at_least_once_a_lost_changelog_record_stops_the_run_without_committing_past_it() {
+    // Five messages commit; then the changelog refuses the records of the next five: the run
+    // stops with the changelog's error, and nothing above 5 is committed.
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let out = run_on(
+        &shared,
+        1,
+        16,
+        options(),
+        vec![
+            Step::Assign(vec![p(0)]),
+            Step::Append(p(0), oks(5)),
+            Step::Until(|w| last_commit(w, &p(0)) == Some(5)),
+            Step::FailChangelog,
+            Step::Append(p(0), oks(5)),
+            // (Reached only if the run goes on: then it ends here, without the error.)
+            Step::Sleep(Duration::from_secs(2)),
+            Step::Close(vec![p(0)]),
+        ],
+        None,
+    );
+    let e = out
+        .controller
+        .error
+        .as_ref()
+        .expect("the run failed")
+        .to_string();
+    assert!(
+        e.contains("state changelog") && e.contains("the fake broker refused it"),
+        "{e}"
+    );
+    let w = shared.world();
+    assert!(w.delivered.len() > 5, "the sink took the next messages");
+    assert_eq!(last_commit(&w, &p(0)), Some(5));
 }
 
 #[test]
