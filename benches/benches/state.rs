@@ -95,6 +95,7 @@ fn state_batch(c: &mut Criterion) {
     let key = PartitionKey::new("in", 0);
     let keys = knob("WEIR_BENCH_STATE_KEYS", KEYS as u64) as usize;
     let commit_every = knob("WEIR_BENCH_STATE_COMMIT_EVERY", COMMIT_EVERY);
+    let src = src_of(&broker);
     let mut g = c.benchmark_group("state_batch");
     g.throughput(Throughput::Elements(BATCH as u64));
     // (row, state, changelog)
@@ -113,11 +114,8 @@ fn state_batch(c: &mut Criterion) {
         let prepared = weir::runtime::prepare(&cfg).expect("stage loads");
         let mut chain = prepared.chain;
         let registry = chain.state();
-        let weir::config::SourceConfig::Kafka(src) = &cfg.source else {
-            unreachable!()
-        };
         let log = changelog
-            .then(|| KafkaChangelog::open(src, None, Default::default(), None).expect("producer"));
+            .then(|| KafkaChangelog::open(&src, None, Default::default(), None).expect("producer"));
         if let Some(log) = &log {
             // As `run_parts` does when the pipeline has a changelog.
             registry.set_cache_of_changelog(log.acks());
@@ -164,7 +162,6 @@ fn state_batch(c: &mut Criterion) {
     // The floor under the changelog row: a batch's 256 changelog records (one per message,
     // what a commit sends when every message wrote a key of its own), made beforehand and
     // produced through the same producer, with no stage and no state.
-    let src = src_of(&broker);
     let log = KafkaChangelog::open(&src, None, Default::default(), None).expect("producer");
     let topic: std::sync::Arc<str> = "bench.m.kv.changelog".into();
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
@@ -204,7 +201,7 @@ fn state_batch(c: &mut Criterion) {
     g.finish();
 }
 
-/// The Kafka source of the bench's pipeline on `broker` (for a producer of its own).
+/// The Kafka source of the bench's pipelines on `broker` (what their changelog producers open).
 fn src_of(broker: &EmbeddedBroker) -> weir::config::KafkaSource {
     let cfg = weir::config::load_str(
         std::path::Path::new("bench.yaml"),

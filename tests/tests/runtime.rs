@@ -1769,20 +1769,40 @@ fn state_with_a_changelog_a_fail_after_commits_rolls_back_to_the_committed_value
     assert_eq!(stored_counts(&b, &p(0)), counts(&[("seen", 8), ("ok", 8)]));
 }
 
+/// A run of the counting `misbehave` with the fake changelog (at-least-once, one driver,
+/// batches of 16): the world, the state dir (kept while the caller looks) and the outcome.
+fn run_with_changelog(
+    opts: ControllerOptions,
+    script: Vec<Step>,
+) -> (Arc<Shared>, tempfile::TempDir, RunOutcome) {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new();
+    with_state(&shared, dir.path(), true);
+    let out = run_on(&shared, 1, 16, opts, script, None);
+    (shared, dir, out)
+}
+
+/// The run reached the end of its input, and no check found a violation.
+fn assert_ended_cleanly(shared: &Shared, out: &RunOutcome) {
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+}
+
+/// The counts the stateful stage of `shared` stored for partition 0.
+fn stored_counts_of(shared: &Shared) -> BTreeMap<String, i64> {
+    let b = shared.state.lock().unwrap().clone().unwrap();
+    stored_counts(&b, &p(0))
+}
+
 #[test]
 fn state_at_least_once_sends_each_keys_last_write_per_commit_not_each_runs_writes() {
     // Three runs of three messages, no commit tick between them (the interval is long): the
     // changelog gets `seen` and `ok` once each, at the commit that ends the run, with the
     // totals of all nine messages (each run's writes would be six records).
-    let dir = tempfile::tempdir().unwrap();
-    let shared = Shared::new();
-    with_state(&shared, dir.path(), true);
     let mut opts = options();
     opts.commit_interval = Duration::from_secs(60);
-    let out = run_on(
-        &shared,
-        1,
-        16,
+    let (shared, _dir, out) = run_with_changelog(
         opts,
         vec![
             Step::Assign(vec![p(0)]),
@@ -1794,11 +1814,9 @@ fn state_at_least_once_sends_each_keys_last_write_per_commit_not_each_runs_write
             Step::Until(|w| w.delivered.len() == 9),
             Step::Close(vec![p(0)]),
         ],
-        None,
     );
-    assert!(out.controller.reached_end, "{:?}", out.controller);
+    assert_ended_cleanly(&shared, &out);
     let w = shared.world();
-    assert!(w.violations.is_empty(), "{:#?}", w.violations);
     assert_eq!(last_commit(&w, &p(0)), Some(9), "{:?}", w.commits);
     let mut keys: Vec<&str> = w.changelog[&("t.m.counts.changelog".to_owned(), 0)]
         .iter()
@@ -1807,21 +1825,14 @@ fn state_at_least_once_sends_each_keys_last_write_per_commit_not_each_runs_write
     keys.sort_unstable();
     assert_eq!(keys, ["ok", "seen"], "one record per key for the commit");
     drop(w);
-    let b = shared.state.lock().unwrap().clone().unwrap();
-    assert_eq!(stored_counts(&b, &p(0)), counts(&[("seen", 9), ("ok", 9)]));
+    assert_eq!(stored_counts_of(&shared), counts(&[("seen", 9), ("ok", 9)]));
 }
 
 #[test]
 fn state_at_least_once_commits_no_offset_whose_writes_the_changelog_has_not_acknowledged() {
     // The sink acknowledges at once, the changelog holds its records: commit ticks pass and
     // nothing is committed; once the changelog acknowledges, the offsets commit.
-    let dir = tempfile::tempdir().unwrap();
-    let shared = Shared::new();
-    with_state(&shared, dir.path(), true);
-    let out = run_on(
-        &shared,
-        1,
-        16,
+    let (shared, _dir, out) = run_with_changelog(
         options(),
         vec![
             Step::Assign(vec![p(0)]),
@@ -1837,30 +1848,21 @@ fn state_at_least_once_commits_no_offset_whose_writes_the_changelog_has_not_ackn
             Step::Until(|w| last_commit(w, &p(0)) == Some(3)),
             Step::Close(vec![p(0)]),
         ],
-        None,
     );
-    assert!(out.controller.reached_end, "{:?}", out.controller);
+    assert_ended_cleanly(&shared, &out);
     let w = shared.world();
-    assert!(w.violations.is_empty(), "{:#?}", w.violations);
     assert_eq!(last_commit(&w, &p(0)), Some(3));
     drop(w);
-    let b = shared.state.lock().unwrap().clone().unwrap();
-    assert_eq!(stored_counts(&b, &p(0)), counts(&[("seen", 3), ("ok", 3)]));
+    assert_eq!(stored_counts_of(&shared), counts(&[("seen", 3), ("ok", 3)]));
 }
 
 #[test]
 fn state_at_least_once_commits_as_soon_as_the_changelog_acknowledges_not_at_the_next_tick() {
     // A commit tick (every second here) sends the records; the changelog holds them, then
     // acknowledges: the offsets commit right then (a poll later), not a second later.
-    let dir = tempfile::tempdir().unwrap();
-    let shared = Shared::new();
-    with_state(&shared, dir.path(), true);
     let mut opts = options();
     opts.commit_interval = Duration::from_secs(1);
-    let out = run_on(
-        &shared,
-        1,
-        16,
+    let (shared, _dir, out) = run_with_changelog(
         opts,
         vec![
             Step::Assign(vec![p(0)]),
@@ -1875,24 +1877,15 @@ fn state_at_least_once_commits_as_soon_as_the_changelog_acknowledges_not_at_the_
             ),
             Step::Close(vec![p(0)]),
         ],
-        None,
     );
-    assert!(out.controller.reached_end, "{:?}", out.controller);
-    let w = shared.world();
-    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    assert_ended_cleanly(&shared, &out);
 }
 
 #[test]
 fn state_at_least_once_a_lost_changelog_record_stops_the_run_without_committing_past_it() {
     // Five messages commit; then the changelog refuses the records of the next five: the run
     // stops with the changelog's error, and nothing above 5 is committed.
-    let dir = tempfile::tempdir().unwrap();
-    let shared = Shared::new();
-    with_state(&shared, dir.path(), true);
-    let out = run_on(
-        &shared,
-        1,
-        16,
+    let (shared, _dir, out) = run_with_changelog(
         options(),
         vec![
             Step::Assign(vec![p(0)]),
@@ -1904,7 +1897,6 @@ fn state_at_least_once_a_lost_changelog_record_stops_the_run_without_committing_
             Step::Sleep(Duration::from_secs(2)),
             Step::Close(vec![p(0)]),
         ],
-        None,
     );
     let e = out
         .controller
@@ -1926,13 +1918,7 @@ fn state_at_least_once_a_revocation_commits_only_what_the_changelog_acknowledged
     // The changelog holds its records through a revocation: the revocation waits for them
     // (its timeout), then commits nothing above what the changelog holds; the next owner
     // runs the messages again, and once the changelog acknowledges, it commits.
-    let dir = tempfile::tempdir().unwrap();
-    let shared = Shared::new();
-    with_state(&shared, dir.path(), true);
-    let out = run_on(
-        &shared,
-        1,
-        16,
+    let (shared, _dir, out) = run_with_changelog(
         options(),
         vec![
             Step::Assign(vec![p(0)]),
@@ -1948,17 +1934,14 @@ fn state_at_least_once_a_revocation_commits_only_what_the_changelog_acknowledged
             Step::Assign(vec![p(0)]),
             Step::Close(vec![p(0)]),
         ],
-        None,
     );
-    assert!(out.controller.reached_end, "{:?}", out.controller);
+    assert_ended_cleanly(&shared, &out);
     let w = shared.world();
-    assert!(w.violations.is_empty(), "{:#?}", w.violations);
     assert_eq!(last_commit(&w, &p(0)), Some(3));
     assert_eq!(w.delivered.len(), 6, "the next owner ran the three again");
     drop(w);
     // At least once: the messages run again count again.
-    let b = shared.state.lock().unwrap().clone().unwrap();
-    let stored = stored_counts(&b, &p(0));
+    let stored = stored_counts_of(&shared);
     assert!(stored["seen"] >= 3 && stored["ok"] >= 3, "{stored:?}");
 }
 

@@ -95,7 +95,7 @@ impl Controller {
     /// At-least-once with a changelog: commits the partitions whose changelog records were
     /// just acknowledged, without waiting for the next tick.
     fn commit_logged(&mut self) {
-        if self.core.opts.transactional || !self.core.logged_moved() {
+        if self.core.opts.transactional || !self.core.logged_moved {
             return;
         }
         let due = self.core.logged_commits();

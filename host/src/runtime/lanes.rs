@@ -145,8 +145,9 @@ pub(super) struct Core {
     /// Acknowledgements of the changelog records sent at commits.
     pub(super) logged_tx: Sender<Completion>,
     pub(super) logged_rx: Receiver<Completion>,
-    /// Acknowledgements since the last commit of the partitions they moved.
-    pub(super) logged_moved: usize,
+    /// Some partition's changelog records were acknowledged since it last committed
+    /// ([`LaneState::logged`] says which).
+    pub(super) logged_moved: bool,
 }
 
 impl Core {
@@ -190,7 +191,7 @@ impl Core {
             changelog: None,
             logged_tx,
             logged_rx,
-            logged_moved: 0,
+            logged_moved: false,
         }
     }
 

@@ -108,15 +108,10 @@ impl Core {
         }
     }
 
-    /// Whether a partition's changelog records were acknowledged since it last committed.
-    pub(super) fn logged_moved(&self) -> bool {
-        self.logged_moved > 0
-    }
-
     /// The partitions whose changelog records were acknowledged since they last committed,
     /// with what the changelog holds the writes below.
     pub(super) fn logged_commits(&mut self) -> Vec<(PartitionKey, i64)> {
-        self.logged_moved = 0;
+        self.logged_moved = false;
         let mut out = Vec::new();
         for (t, parts) in self.lanes.iter_mut() {
             for (p, lane) in parts.iter_mut() {
@@ -178,25 +173,22 @@ impl Core {
             return;
         };
         l.logged.sending = None;
-        match c.outcome {
+        let why = match c.outcome {
             Settled::Done => {
                 l.logged.through = l.logged.through.max(next);
                 l.logged.moved = true;
-                self.logged_moved += 1;
+                self.logged_moved = true;
+                return;
             }
-            Settled::Failed | Settled::Undelivered(_) => {
-                l.logged.lost = true;
-                let why = match c.outcome {
-                    Settled::Undelivered(why) => why,
-                    _ => "lost".into(),
-                };
-                tracing::error!(key = %c.key, next, "state changelog: {why}; stopping (not committed past it)");
-                self.fail(RuntimeError::Undelivered {
-                    key: c.key,
-                    offset: next - 1,
-                    why: format!("state changelog: {why}"),
-                });
-            }
-        }
+            Settled::Failed => "lost".to_owned(),
+            Settled::Undelivered(why) => why,
+        };
+        l.logged.lost = true;
+        tracing::error!(key = %c.key, next, "state changelog: {why}; stopping (not committed past it)");
+        self.fail(RuntimeError::Undelivered {
+            key: c.key,
+            offset: next - 1,
+            why: format!("state changelog: {why}"),
+        });
     }
 }
