@@ -21,6 +21,8 @@ use serde_json::Value;
 
 use super::json::Json;
 
+#[cfg(test)]
+mod exact;
 mod stream;
 
 /// A schema that cannot be used.
@@ -259,7 +261,7 @@ impl AvroSchema {
 
     /// [`AvroSchema::from_json`] through a parsed tree.
     fn encode_tree(&self, json: &[u8], out: &mut Vec<u8>) -> Result<(), FitError> {
-        let v = Json::parse(json).map_err(|e| FitError::new(format!("not JSON: {e}")))?;
+        let v = stream::tree(json).map_err(|e| FitError::new(format!("not JSON: {e}")))?;
         self.encode(self.root, &v, out)
     }
 
@@ -498,8 +500,8 @@ impl AvroSchema {
             }
             Node::Long => put_long(out, v.as_i64().ok_or_else(|| want("a 64-bit integer"))?),
             Node::Float => {
-                let f = float_of(v).ok_or_else(|| want("a number"))?;
-                out.extend_from_slice(&(f as f32).to_le_bytes());
+                let f = float32_of(v).ok_or_else(|| want("a number"))?;
+                out.extend_from_slice(&f.to_le_bytes());
             }
             Node::Double => {
                 let f = float_of(v).ok_or_else(|| want("a number"))?;
@@ -753,7 +755,7 @@ impl AvroSchema {
             (Node::Float | Node::Double | Node::Decimal { .. }, j) => {
                 matches!(
                     j,
-                    Json::Int(_) | Json::Uint(_) | Json::Float(_) | Json::Str(_)
+                    Json::Int(_) | Json::Uint(_) | Json::Float(..) | Json::Str(_)
                 )
             }
             (
@@ -1172,6 +1174,19 @@ fn short_float(out: &mut Vec<u8>, f: f64) -> bool {
     false
 }
 
+/// A `float` field's value: from a float's own digits, rounded once to f32 (through a double
+/// first, a few decimals in 2^29 would round twice and land on the wrong neighbour), and an
+/// integer straight to f32 (not through a double).
+pub(super) fn float32_of(v: &Json<'_>) -> Option<f32> {
+    match v {
+        Json::Float(_, Some(text)) => text.parse().ok(),
+        Json::Float(f, None) => Some(*f as f32),
+        Json::Int(i) => Some(*i as f32),
+        Json::Uint(u) => Some(*u as f32),
+        other => float_of(other).map(|f| f as f32),
+    }
+}
+
 fn float_of(v: &Json<'_>) -> Option<f64> {
     match v {
         Json::Str(s) => match &**s {
@@ -1301,7 +1316,10 @@ fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
     let number;
     let text: &str = match v {
         Json::Str(s) => s,
-        Json::Int(_) | Json::Uint(_) | Json::Float(_) => {
+        // A float's own digits where it has them (never the double, which may have rounded
+        // them); an integer's, or (a tree too deep for the scanner) the double's shortest form.
+        Json::Float(_, Some(text)) => text,
+        Json::Int(_) | Json::Uint(_) | Json::Float(_, None) => {
             number = v.to_string();
             &number
         }
@@ -1315,7 +1333,9 @@ fn decimal_of(v: &Json<'_>, scale: u32) -> Result<i128, FitError> {
     decimal_from(text, scale)
 }
 
-/// [`decimal_of`] text.
+/// [`decimal_of`] text: digits with an optional point and an optional exponent (`1.5e2`, as a
+/// JSON number or Java's `BigDecimal` may write it), read exactly. Fraction digits beyond the
+/// scale are taken only when they are zeros (`1.50` at scale 1): a value is never rounded.
 fn decimal_from(text: &str, scale: u32) -> Result<i128, FitError> {
     let bad = || {
         FitError::new(format!(
@@ -1326,19 +1346,24 @@ fn decimal_from(text: &str, scale: u32) -> Result<i128, FitError> {
         [b'-', rest @ ..] => (true, rest),
         all => (false, all),
     };
-    // The digits of the integer part and the fraction as one number, then zeros up to the
-    // scale (too many for i128: not a decimal Weir takes).
-    let mut n = 0i128;
-    let mut digits = 0usize;
-    let mut fraction: Option<usize> = None;
-    for &c in t {
+    let (mantissa, exponent) = match t.iter().position(|&c| c == b'e' || c == b'E') {
+        Some(at) => {
+            let e = std::str::from_utf8(&t[at + 1..])
+                .ok()
+                .and_then(|e| e.parse::<i64>().ok())
+                .ok_or_else(bad)?;
+            (&t[..at], e)
+        }
+        None => (t, 0),
+    };
+    // The digits of the integer part and the fraction as one number (significant digits
+    // only: leading zeros are not counted), and how many of them are after the point.
+    let mut digits: Vec<u8> = Vec::with_capacity(mantissa.len());
+    let mut fraction: Option<i64> = None;
+    for &c in mantissa {
         match c {
             b'0'..=b'9' => {
-                n = n
-                    .checked_mul(10)
-                    .and_then(|n| n.checked_add(i128::from(c - b'0')))
-                    .ok_or_else(bad)?;
-                digits += 1;
+                digits.push(c - b'0');
                 if let Some(f) = &mut fraction {
                     *f += 1;
                 }
@@ -1347,15 +1372,40 @@ fn decimal_from(text: &str, scale: u32) -> Result<i128, FitError> {
             _ => return Err(bad()),
         }
     }
-    let fraction = fraction.unwrap_or(0);
-    if digits == 0 || fraction > scale as usize {
+    if digits.is_empty() {
         return Err(bad());
     }
-    let n = (fraction..scale as usize)
-        .try_fold(n, |n, _| n.checked_mul(10))
-        .ok_or_else(bad)?;
+    // Places after the point once the exponent moves it; trailing zeros past the scale go.
+    let mut places = fraction.unwrap_or(0).saturating_sub(exponent);
+    while places > i64::from(scale) && digits.last() == Some(&0) {
+        digits.pop();
+        places -= 1;
+    }
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    if places > i64::from(scale) {
+        return Err(bad());
+    }
+    let too_long = || FitError::new(format!("`{text}` has more than 38 digits"));
+    let zeros = i64::from(scale) - places;
+    let first = digits.iter().position(|&d| d != 0).unwrap_or(digits.len());
+    if (digits.len() - first) as i64 + zeros > 38 {
+        return Err(if digits[first..].is_empty() {
+            bad()
+        } else {
+            too_long()
+        });
+    }
+    let mut n = 0i128;
+    for &d in &digits[first..] {
+        n = n * 10 + i128::from(d);
+    }
+    for _ in 0..zeros {
+        n *= 10;
+    }
     if n >= 10i128.pow(38) {
-        return Err(FitError::new(format!("`{text}` has more than 38 digits")));
+        return Err(too_long());
     }
     Ok(if neg { -n } else { n })
 }

@@ -19,8 +19,9 @@ pub enum Json<'a> {
     Int(i64),
     /// An integer above `i64::MAX`.
     Uint(u64),
-    /// Any other number.
-    Float(f64),
+    /// Any other number, with its text when it was read by Weir's scanner (a decimal or a
+    /// `float` is read from the digits, exactly; the double is correctly rounded).
+    Float(f64, Option<&'a str>),
     /// Text.
     Str(Cow<'a, str>),
     /// An array.
@@ -44,7 +45,7 @@ impl<'a> Json<'a> {
             Value::Number(n) => match (n.as_i64(), n.as_u64()) {
                 (Some(i), _) => Json::Int(i),
                 (None, Some(u)) => Json::Uint(u),
-                _ => Json::Float(n.as_f64().unwrap_or(f64::NAN)),
+                _ => Json::Float(n.as_f64().unwrap_or(f64::NAN), None),
             },
             Value::String(s) => Json::Str(Cow::Owned(s.clone())),
             Value::Array(a) => Json::Array(a.iter().map(Json::from_value).collect()),
@@ -91,7 +92,7 @@ impl<'a> Json<'a> {
         match self {
             Json::Int(i) => Some(*i as f64),
             Json::Uint(u) => Some(*u as f64),
-            Json::Float(f) => Some(*f),
+            Json::Float(f, _) => Some(*f),
             _ => None,
         }
     }
@@ -126,7 +127,7 @@ impl<'a> Json<'a> {
             Json::Null => "null",
             Json::Bool(_) => "a boolean",
             Json::Int(_) | Json::Uint(_) => "an integer",
-            Json::Float(_) => "a number",
+            Json::Float(..) => "a number",
             Json::Str(_) => "text",
             Json::Array(_) => "an array",
             Json::Object(_) => "an object",
@@ -139,7 +140,8 @@ impl fmt::Display for Json<'_> {
         match self {
             Json::Int(i) => write!(f, "{i}"),
             Json::Uint(u) => write!(f, "{u}"),
-            Json::Float(x) => write!(f, "{x}"),
+            Json::Float(_, Some(text)) => f.write_str(text),
+            Json::Float(x, None) => write!(f, "{x}"),
             Json::Str(s) => f.write_str(s),
             other => f.write_str(other.kind()),
         }
@@ -170,7 +172,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
         Ok(i64::try_from(u).map_or(Json::Uint(u), Json::Int))
     }
     fn visit_f64<E>(self, x: f64) -> Result<Json<'de>, E> {
-        Ok(Json::Float(x))
+        Ok(Json::Float(x, None))
     }
     fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Json<'de>, E> {
         Ok(Json::Str(Cow::Borrowed(s)))
@@ -248,7 +250,7 @@ mod tests {
                 Json::Int(1),
                 Json::Int(-2),
                 Json::Uint(u64::MAX),
-                Json::Float(2.5),
+                Json::Float(2.5, None),
                 Json::Null,
                 Json::Bool(true)
             ])

@@ -12,7 +12,8 @@
 use std::borrow::Cow;
 
 use super::{
-    decimal_from, fast_timestamp, in_units, put_bytes, put_long, put_minimal_be, AvroSchema, Node,
+    decimal_from, fast_timestamp, float32_of, in_units, put_bytes, put_long, put_minimal_be,
+    AvroSchema, Node,
 };
 use crate::schema::json::Json;
 
@@ -157,8 +158,10 @@ impl<'a> Scan<'a> {
     }
 
     /// [`Scan::number`] for the shapes it leaves (an exponent, over 18 integer or 15 decimal
-    /// digits, `-0`): the token checked as JSON's grammar has it, then read by serde_json, so
-    /// the value is the same.
+    /// digits, `-0`): the token checked as JSON's grammar has it and classed as serde_json
+    /// classes it (an integer that fits `i64`, else `u64`, else a float; `-0` a float), the
+    /// float read correctly rounded by the standard library (issue 54: what is written is read
+    /// back bit for bit). A float out of f64's range is `None`, as serde_json refuses it.
     fn number_general(&mut self) -> Option<Number> {
         let start = self.i;
         let digits = |s: &Self, mut i: usize| {
@@ -175,12 +178,14 @@ impl<'a> Scan<'a> {
             return None;
         }
         self.i = int_end;
+        let mut integer = true;
         if self.s.get(self.i) == Some(&b'.') {
             let end = digits(self, self.i + 1);
             if end == self.i + 1 {
                 return None;
             }
             self.i = end;
+            integer = false;
         }
         if let Some(b'e' | b'E') = self.s.get(self.i) {
             let mut at = self.i + 1;
@@ -192,14 +197,19 @@ impl<'a> Scan<'a> {
                 return None;
             }
             self.i = end;
+            integer = false;
         }
-        let v: Json<'_> = serde_json::from_slice(&self.s[start..self.i]).ok()?;
-        Some(match v {
-            Json::Int(i) => Number::Int(i),
-            Json::Uint(u) => Number::Uint(u),
-            Json::Float(f) => Number::Float(f),
-            _ => return None,
-        })
+        let text = &self.text[start..self.i];
+        if integer && !(neg && int == b"0") {
+            if let Ok(i) = text.parse::<i64>() {
+                return Some(Number::Int(i));
+            }
+            if let Ok(u) = text.parse::<u64>() {
+                return Some(Number::Uint(u));
+            }
+        }
+        let f: f64 = text.parse().ok()?;
+        f.is_finite().then_some(Number::Float(f))
     }
 
     /// Moves past `word` (`null`, `true`, `false`) if it is at the cursor.
@@ -216,9 +226,57 @@ impl<'a> Scan<'a> {
             b'n' => self.word(b"null").map(|()| Json::Null),
             b't' => self.word(b"true").map(|()| Json::Bool(true)),
             b'f' => self.word(b"false").map(|()| Json::Bool(false)),
-            b'-' | b'0'..=b'9' => self.number().map(Number::json),
+            b'-' | b'0'..=b'9' => {
+                let start = self.i;
+                let n = self.number()?;
+                Some(n.json(&self.text[start..self.i]))
+            }
             _ => None,
         }
+    }
+
+    /// The value at the cursor as a tree, each float with its text (what a decimal or a
+    /// `float` is read from, exactly); `None` where [`tree`] hands the text to serde_json.
+    fn value(&mut self) -> Option<Json<'a>> {
+        let open = self.peek()?;
+        if !matches!(open, b'[' | b'{') {
+            return self.scalar();
+        }
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
+        self.i += 1;
+        let close = if open == b'[' { b']' } else { b'}' };
+        let v = if open == b'[' {
+            let mut items = Vec::new();
+            if self.eat(close).is_none() {
+                loop {
+                    items.push(self.value()?);
+                    if self.eat(b',').is_none() {
+                        break;
+                    }
+                }
+                self.eat(close)?;
+            }
+            Json::Array(items)
+        } else {
+            let mut members = Vec::new();
+            if self.eat(close).is_none() {
+                loop {
+                    let key = self.string()?;
+                    self.eat(b':')?;
+                    members.push((key, self.value()?));
+                    if self.eat(b',').is_none() {
+                        break;
+                    }
+                }
+                self.eat(close)?;
+            }
+            Json::Object(members)
+        };
+        self.depth -= 1;
+        Some(v)
     }
 
     /// The text of the container value here (parsed by the tree path).
@@ -247,6 +305,21 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// JSON text as a tree whose floats keep their text (so a decimal or a `float` is read from
+/// the digits written, not from a double that rounded them). What the scan does not take (a
+/// text that is not JSON, or nested deeper than [`MAX_DEPTH`]) serde_json reads: its error
+/// says what is wrong, and a deep tree's floats have no text (read from the double).
+pub(super) fn tree(text: &[u8]) -> Result<Json<'_>, serde_json::Error> {
+    if let Some(mut sc) = Scan::new(text) {
+        if let Some(v) = sc.value() {
+            if sc.at_end() {
+                return Ok(v);
+            }
+        }
+    }
+    Json::parse(text)
+}
+
 /// A JSON number as serde_json reads it.
 #[derive(Clone, Copy)]
 enum Number {
@@ -256,11 +329,12 @@ enum Number {
 }
 
 impl Number {
-    fn json<'a>(self) -> Json<'a> {
+    /// The value, a float with its token's `text`.
+    fn json(self, text: &str) -> Json<'_> {
         match self {
             Number::Int(i) => Json::Int(i),
             Number::Uint(u) => Json::Uint(u),
-            Number::Float(f) => Json::Float(f),
+            Number::Float(f) => Json::Float(f, Some(text)),
         }
     }
 
@@ -387,7 +461,7 @@ impl AvroSchema {
             }
             (_, b'[' | b'{') => {
                 let text = sc.container()?;
-                let v = Json::parse(text).ok()?;
+                let v = tree(text).ok()?;
                 self.encode(n, &v, out).ok()
             }
             (Node::Union(branches), b'n' | b'"') => {
@@ -487,13 +561,15 @@ impl AvroSchema {
                 put_long(out, v);
                 Some(())
             }
-            (Node::Double | Node::Float, b'-' | b'0'..=b'9') => {
+            (Node::Double, b'-' | b'0'..=b'9') => {
                 let f = sc.number()?.as_f64();
-                if matches!(self.nodes[n], Node::Float) {
-                    out.extend_from_slice(&(f as f32).to_le_bytes());
-                } else {
-                    out.extend_from_slice(&f.to_le_bytes());
-                }
+                out.extend_from_slice(&f.to_le_bytes());
+                Some(())
+            }
+            (Node::Float, b'-' | b'0'..=b'9') => {
+                let start = sc.i;
+                let v = sc.number()?.json(&sc.text[start..sc.i]);
+                out.extend_from_slice(&float32_of(&v)?.to_le_bytes());
                 Some(())
             }
             (Node::Boolean, b't') => {
