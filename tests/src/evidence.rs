@@ -89,8 +89,8 @@ pub fn state(
     for log in logs {
         out.push_str(&tail(&log));
     }
-    if let Some(log) = broker.log() {
-        out.push_str(&tail(log));
+    for log in broker.logs() {
+        out.push_str(&tail(&log));
     }
     out
 }

@@ -1,5 +1,6 @@
-//! Kafka helpers: a `weir broker` process (librdkafka's mock cluster on loopback TCP), and a
-//! producer and readers that talk to it over TCP like any client would.
+//! Kafka helpers: a `weir broker` process (librdkafka's mock cluster on loopback TCP) or an
+//! Apache Kafka cluster ([`crate::apache`]), and a producer and readers that talk to either
+//! over TCP like any client would.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -11,20 +12,19 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Header, Headers, Message as _, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-/// A broker in its own process, killed on drop.
+/// A broker in its own process (`weir broker`), or an Apache Kafka cluster; killed on drop.
 pub struct Broker {
-    child: Child,
+    child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// The Apache Kafka nodes, when it is one ([`Broker::apache`]).
+    cluster: Option<crate::apache::Cluster>,
     /// `bootstrap.servers`.
     pub bootstrap: String,
-    /// Produce every record as a record batch of its own (tansu; see [`Broker::tansu`]).
-    pub one_record_batches: bool,
-    /// The broker's log (tansu's output), kept for failure messages.
-    log: Option<tempfile::NamedTempFile>,
     /// The development schema registry's address (`weir broker --schema-registry`).
     pub registry: Option<String>,
 }
@@ -71,81 +71,64 @@ impl Broker {
         let stdin = child.stdin.take();
         assert!(line.contains(':'), "weir broker printed {line:?}");
         Broker {
-            child,
+            child: Some(child),
             stdin,
+            cluster: None,
             bootstrap: line.trim().to_owned(),
-            one_record_batches: false,
-            log: None,
             registry: registry.then(|| url.trim().to_owned()),
         }
     }
 
-    /// Starts tansu (an independent Kafka-compatible broker, `scripts/ensure-tansu`) on a free
-    /// loopback port with in-memory storage, and creates these topics through the admin API.
-    ///
-    /// Records are produced to it one per record batch: tansu 0.6 answers a fetch that starts
-    /// inside a batch with the rest of the batch all labelled with the batch's last offset
-    /// (seen in librdkafka's fetch log: 16 records, every one at offset 40, for a fetch at 25
-    /// of the batch 0–40), so a consumer restarting from a committed offset inside a batch
-    /// would get corrupt offsets from the broker. Weir refuses offsets that do not increase
-    /// (warns and skips them), which with such a broker means the rest of the batch is lost.
-    pub fn tansu(bin: &str, topics: &[(&str, i32)]) -> Broker {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let log = tempfile::Builder::new()
-            .prefix("tansu-")
-            .suffix(".log")
-            .tempfile()
-            .expect("a log file");
-        let out = log.reopen().expect("the log file");
-        let err = log.reopen().expect("the log file");
-        let child = Command::new(bin)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting tansu ({bin}): {e}"));
+    /// A one-node Apache Kafka cluster ([`crate::apache`]) with these topics.
+    pub fn apache(topics: &[(&str, i32)]) -> Broker {
+        Self::apache_cluster(1, topics)
+    }
+
+    /// An Apache Kafka cluster of `nodes` nodes with these topics (replicated on up to 3).
+    pub fn apache_cluster(nodes: usize, topics: &[(&str, i32)]) -> Broker {
+        Self::on(crate::apache::Cluster::start(nodes), topics)
+    }
+
+    /// A broker on a cluster started by the caller, with these topics.
+    pub fn on(cluster: crate::apache::Cluster, topics: &[(&str, i32)]) -> Broker {
         let b = Broker {
-            child,
+            child: None,
             stdin: None,
-            bootstrap: format!("127.0.0.1:{port}"),
-            one_record_batches: true,
-            log: Some(log),
+            bootstrap: cluster.bootstrap.clone(),
+            cluster: Some(cluster),
             registry: None,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
         for (t, p) in topics {
             b.create_topic(t, *p);
         }
         b
     }
 
-    /// The broker's log file (tansu's output; `weir broker` logs to the test's stderr).
-    pub fn log(&self) -> Option<&std::path::Path> {
-        self.log.as_ref().map(|l| l.path())
+    /// The Apache Kafka cluster (to kill, stop and restart nodes, or run Kafka's tools).
+    pub fn cluster(&mut self) -> &mut crate::apache::Cluster {
+        self.cluster.as_mut().expect("an Apache Kafka broker")
     }
 
-    /// Creates a topic through the admin API (tansu; `weir broker` takes `create` on stdin).
+    /// The broker's log files (Apache Kafka's nodes; `weir broker` logs to the test's stderr).
+    pub fn logs(&self) -> Vec<std::path::PathBuf> {
+        self.cluster
+            .as_ref()
+            .map_or_else(Vec::new, crate::apache::Cluster::logs)
+    }
+
+    /// Creates a topic through the admin API, replicated on up to 3 nodes (Apache Kafka;
+    /// `weir broker` takes `create` on stdin).
     pub fn create_topic(&self, topic: &str, partitions: i32) {
         let admin: AdminClient<DefaultClientContext> =
             self.client().create().expect("admin client");
-        let new = [NewTopic::new(topic, partitions, TopicReplication::Fixed(1))];
-        let rt = futures_executor::block_on(admin.create_topics(&new, &AdminOptions::new()));
+        let rf = self.cluster.as_ref().map_or(1, |c| c.size().min(3)) as i32;
+        let new = [NewTopic::new(
+            topic,
+            partitions,
+            TopicReplication::Fixed(rf),
+        )];
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let rt = futures_executor::block_on(admin.create_topics(&new, &opts));
         for r in rt.expect("create topics") {
             r.expect("topic created");
         }
@@ -176,13 +159,12 @@ impl Broker {
     pub fn producer(&self) -> Client {
         Client {
             bootstrap: self.bootstrap.clone(),
-            one_record_batches: self.one_record_batches,
         }
     }
 
     /// Produces `(partition, key, value)` records, waiting for every acknowledgement.
     pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
-        produce(&self.bootstrap, topic, records, self.one_record_batches);
+        produce(&self.bootstrap, topic, records);
     }
 
     /// Every record of `topic` in partition/offset order, as a `read_committed` consumer
@@ -220,8 +202,7 @@ impl Broker {
         }
         c.assign(&tpl).expect("assign");
         drop(tpl);
-        // Until every partition reached its end offset and nothing more comes for a moment
-        // (a broker whose end offsets lag, like tansu 0.6's, still reads completely).
+        // Until every partition reached its end offset and nothing more comes for a moment.
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut idle_since = Instant::now();
         while !ends.is_empty() || idle_since.elapsed() < Duration::from_millis(300) {
@@ -272,9 +253,26 @@ impl Broker {
         for p in 0..partitions {
             tpl.add_partition(topic, p);
         }
-        let got = c
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .expect("committed offsets");
+        // A coordinator not ready yet (a cluster just started, a coordinator that moved)
+        // answers so for a moment: ask again.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+                Err(e)
+                    if matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            RDKafkaErrorCode::NotCoordinator
+                                | RDKafkaErrorCode::CoordinatorNotAvailable
+                                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                        )
+                    ) && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                r => break r.expect("committed offsets"),
+            }
+        };
         let out = (0..partitions)
             .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => Some(o),
@@ -288,21 +286,22 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
 /// A producer handle on a broker this test does not own.
 pub struct Client {
     bootstrap: String,
-    one_record_batches: bool,
 }
 
 impl Client {
     /// See [`Broker::produce`].
     pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
-        produce(&self.bootstrap, topic, records, self.one_record_batches);
+        produce(&self.bootstrap, topic, records);
     }
 }
 
@@ -369,20 +368,11 @@ runtime:
 }
 
 /// Produces `(partition, key, value)` records to `topic`, waiting for every acknowledgement.
-/// With `one_record_batches` every record is a record batch of its own.
-pub fn produce(
-    bootstrap: &str,
-    topic: &str,
-    records: &[(i32, String, String)],
-    one_record_batches: bool,
-) {
+pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) {
     let p: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "2")
-        .set(
-            "batch.num.messages",
-            if one_record_batches { "1" } else { "10000" },
-        )
+        .set("batch.num.messages", "10000")
         .create()
         .expect("producer");
     for (part, k, v) in records {
@@ -429,7 +419,8 @@ pub fn records(
         .collect()
 }
 
-/// Records per partition of `topic` as a reader counts them (tansu's end offsets lag).
+/// Records per partition of `topic` as a `read_committed` reader counts them (a
+/// transactional topic's end offset counts its markers too).
 pub fn high_watermarks(b: &Broker, topic: &str, parts: i32) -> Vec<i64> {
     let recs = b.read(topic);
     (0..parts)
@@ -437,13 +428,10 @@ pub fn high_watermarks(b: &Broker, topic: &str, parts: i32) -> Vec<i64> {
         .collect()
 }
 
-/// tansu (an independent Kafka implementation) with these topics. `scripts/test` installs it
-/// (cached) and sets `WEIR_TANSU_BIN`; without it the tansu tests fail, they are not skipped.
-pub fn tansu(topics: &[(&str, i32)]) -> Broker {
-    let bin = std::env::var("WEIR_TANSU_BIN").expect(
-        "WEIR_TANSU_BIN is not set: run the tests with ./scripts/test (it installs tansu), or set it",
-    );
-    Broker::tansu(&bin, topics)
+/// A one-node Apache Kafka cluster with these topics (`scripts/test` fetches Kafka and sets
+/// `WEIR_KAFKA_HOME`; without it these tests fail, they are not skipped).
+pub fn kafka(topics: &[(&str, i32)]) -> Broker {
+    Broker::apache(topics)
 }
 
 /// Produces `records` in `chunks` pieces, one every `every`, from a background thread.

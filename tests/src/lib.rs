@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+pub mod apache;
 pub mod evidence;
 pub mod kafka;
 pub mod languages;

@@ -1,11 +1,13 @@
-//! Brokers that enforce what production clusters enforce: TLS (one-way and mutual) by stunnel
-//! in front of tansu, whose advertised listener is the TLS port; SASL SCRAM by tansu's own
-//! authentication; and the tools that set them up (`scripts/ensure-kafka-tools`: stunnel,
-//! openssl, and the Python confluent-kafka client as an independent producer and reader).
+//! Brokers that enforce what production clusters enforce, all Apache Kafka ([`crate::apache`])
+//! with its own listeners: TLS (one-way and mutual, PEM key and certificates), SASL SCRAM
+//! (users made when the storage is formatted), SASL PLAIN and OAUTHBEARER (unsecured JWTs,
+//! checked by the broker's default validator); and the tools that set them up
+//! (`scripts/ensure-kafka-tools`: openssl, and the Python confluent-kafka client as an
+//! independent producer and reader).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -33,21 +35,6 @@ pub fn tool(tools: &HashMap<String, String>, name: &str) -> String {
         .get(name)
         .unwrap_or_else(|| panic!("scripts/ensure-kafka-tools printed no {name}"))
         .clone()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A throw-away certificate authority, a server certificate for `localhost` (only), a
@@ -123,84 +110,63 @@ pub enum Access {
         /// Client certificate, key and key password (mutual TLS).
         client: Option<(String, String, String)>,
     },
-    /// SASL SCRAM-SHA-512 over plaintext.
-    Scram {
+    /// SASL over plaintext with a user and password (`PLAIN`, `SCRAM-SHA-512`).
+    Sasl {
+        /// The mechanism.
+        mechanism: String,
         /// User.
         user: String,
         /// Password.
         password: String,
     },
+    /// SASL OAUTHBEARER over plaintext with an unsecured JWT librdkafka makes.
+    UnsecuredJwt,
 }
 
-/// tansu behind stunnel (TLS) or with SASL authentication; both killed on drop.
+/// Properties with owned keys and values.
+fn own(p: &[(&str, String)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+/// An Apache Kafka node whose client listener takes TLS or SASL; killed on drop.
 pub struct SecureBroker {
-    children: Vec<Child>,
-    /// `bootstrap.servers` (the advertised listener: `localhost:PORT`).
+    cluster: crate::apache::Cluster,
+    /// `bootstrap.servers` (the advertised listener: `localhost:PORT` for TLS).
     pub bootstrap: String,
     /// How the test's own clients connect.
     pub access: Access,
 }
 
-impl Drop for SecureBroker {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn tansu_cmd(bin: &str, listen: u16, advertised: &str) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "broker",
-        "--listener-url",
-        &format!("tcp://127.0.0.1:{listen}"),
-        "--advertised-listener-url",
-        advertised,
-        "--storage-engine",
-        "memory://tansu/",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    cmd
-}
-
 impl SecureBroker {
-    /// tansu listening on loopback, advertised as `localhost:TLS_PORT`, where stunnel takes
-    /// TLS (with a client certificate required when `mutual`).
-    pub fn tls(tansu: &str, stunnel: &str, certs: &Certs, mutual: bool, topics: &[&str]) -> Self {
-        let (plain, tls) = (free_port(), free_port());
-        let t = tansu_cmd(tansu, plain, &format!("tcp://localhost:{tls}"))
-            .spawn()
-            .expect("starting tansu");
-        let conf = certs.dir.join(format!("stunnel-{tls}.conf"));
-        let verify = if mutual {
-            format!("CAfile = {}\nverify = 2\n", certs.path("ca.pem"))
-        } else {
-            String::new()
+    /// A node whose client listener takes TLS with the server certificate for `localhost`
+    /// (requiring a client certificate signed by the CA when `mutual`), advertised as
+    /// `localhost:PORT`.
+    pub fn tls(certs: &Certs, mutual: bool, topics: &[&str]) -> Self {
+        // Kafka reads a PEM key store: the server's key (PKCS#8) and its certificate.
+        let keystore = certs.dir.join("server-keystore.pem");
+        let key = std::fs::read_to_string(certs.dir.join("server.key")).expect("server key");
+        let cert = std::fs::read_to_string(certs.dir.join("server.pem")).expect("server cert");
+        std::fs::write(&keystore, format!("{key}{cert}")).expect("write the key store");
+        let mut properties = vec![
+            ("ssl.keystore.type", "PEM".to_owned()),
+            ("ssl.keystore.location", keystore.display().to_string()),
+            ("ssl.truststore.type", "PEM".to_owned()),
+            ("ssl.truststore.location", certs.path("ca.pem")),
+        ];
+        if mutual {
+            properties.push(("ssl.client.auth", "required".to_owned()));
+        }
+        let opts = crate::apache::Options {
+            properties: own(&properties),
+            protocol: Some("SSL".into()),
+            host: Some("localhost".into()),
+            ..Default::default()
         };
-        std::fs::write(
-            &conf,
-            format!(
-                "foreground = yes\npid =\ndebug = 3\n[kafka]\naccept = 127.0.0.1:{tls}\nconnect = 127.0.0.1:{plain}\ncert = {}\nkey = {}\n{verify}",
-                certs.path("server.pem"),
-                certs.path("server.key")
-            ),
-        )
-        .expect("write stunnel config");
-        let s = Command::new(stunnel)
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting stunnel");
-        let b = SecureBroker {
-            children: vec![t, s],
-            bootstrap: format!("localhost:{tls}"),
-            access: Access::Tls {
+        Self::start(
+            &opts,
+            Access::Tls {
                 ca: certs.path("ca.pem"),
                 client: mutual.then(|| {
                     (
@@ -210,48 +176,98 @@ impl SecureBroker {
                     )
                 }),
             },
+            topics,
+        )
+    }
+
+    /// A node requiring SASL over plaintext with SCRAM-SHA-256 and SCRAM-SHA-512, `user`'s
+    /// credentials for both made when its storage is formatted (`--add-scram`).
+    pub fn scram(user: &str, password: &str, topics: &[&str]) -> Self {
+        let login = "org.apache.kafka.common.security.scram.ScramLoginModule required;";
+        let mechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"];
+        Self::sasl(
+            &mechanisms.map(|m| (m, login.to_owned())),
+            mechanisms
+                .iter()
+                .map(|m| format!("{m}=[name={user},password={password}]"))
+                .collect(),
+            Access::Sasl {
+                mechanism: "SCRAM-SHA-512".into(),
+                user: user.to_owned(),
+                password: password.to_owned(),
+            },
+            topics,
+        )
+    }
+
+    /// A node requiring SASL PLAIN over plaintext, knowing `user` with `password`.
+    pub fn plain(user: &str, password: &str, topics: &[&str]) -> Self {
+        let login = format!(
+            "org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}=\"{password}\";"
+        );
+        let access = Access::Sasl {
+            mechanism: "PLAIN".into(),
+            user: user.to_owned(),
+            password: password.to_owned(),
         };
-        wait_listening(plain, "tansu");
-        wait_listening(tls, "stunnel");
+        Self::sasl(&[("PLAIN", login)], Vec::new(), access, topics)
+    }
+
+    /// A node requiring SASL OAUTHBEARER over plaintext, whose validator is Kafka's default
+    /// for it: unsecured JWTs (`alg: none`) with a subject and an expiry in the future. The
+    /// test's own clients log in with such a token, made by librdkafka.
+    pub fn oauthbearer(topics: &[&str]) -> Self {
+        let login = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;";
+        Self::sasl(
+            &[("OAUTHBEARER", login.to_owned())],
+            Vec::new(),
+            Access::UnsecuredJwt,
+            topics,
+        )
+    }
+
+    /// A node requiring SASL over plaintext with these mechanisms, each with the JAAS login
+    /// line of its listener, and these `--add-scram` users.
+    fn sasl(
+        logins: &[(&str, String)],
+        scram: Vec<String>,
+        access: Access,
+        topics: &[&str],
+    ) -> Self {
+        let names: Vec<&str> = logins.iter().map(|(m, _)| *m).collect();
+        let mut properties = vec![(
+            "listener.name.client.sasl.enabled.mechanisms".to_owned(),
+            names.join(","),
+        )];
+        for (m, login) in logins {
+            properties.push((
+                format!("listener.name.client.{}.sasl.jaas.config", m.to_lowercase()),
+                login.clone(),
+            ));
+        }
+        let opts = crate::apache::Options {
+            properties,
+            scram,
+            protocol: Some("SASL_PLAINTEXT".into()),
+            ..Default::default()
+        };
+        Self::start(&opts, access, topics)
+    }
+
+    fn start(opts: &crate::apache::Options, access: Access, topics: &[&str]) -> Self {
+        let cluster = crate::apache::Cluster::with(1, opts);
+        let b = SecureBroker {
+            bootstrap: cluster.bootstrap.clone(),
+            cluster,
+            access,
+        };
         b.create_topics(topics);
         b
     }
 
-    /// tansu requiring SASL, with SCRAM-SHA-256 and SCRAM-SHA-512 credentials for `user`
-    /// (computed here as RFC 5802 stores them, and seeded through `WEIR_TANSU_SCRAM`:
-    /// scripts/tansu/scram.patch; tansu 0.6 has no other way to a first user).
-    pub fn scram(tansu: &str, python: &str, user: &str, password: &str, topics: &[&str]) -> Self {
-        let script = format!(
-            r#"
-import hashlib, hmac, os
-def cred(mech, it=4096):
-    h = {{"256": "sha256", "512": "sha512"}}[mech]
-    salt = os.urandom(16)
-    salted = hashlib.pbkdf2_hmac(h, b"{password}", salt, it)
-    stored = hashlib.new(h, hmac.new(salted, b"Client Key", h).digest()).digest()
-    server = hmac.new(salted, b"Server Key", h).digest()
-    return "{user},%s,%d,%s,%s,%s" % (mech, it, salt.hex(), stored.hex(), server.hex())
-print(";".join(cred(m) for m in ("256", "512")))
-"#
-        );
-        let seed = python_run(python, &script);
-        let port = free_port();
-        let t = tansu_cmd(tansu, port, &format!("tcp://localhost:{port}"))
-            .arg("--authentication")
-            .env("WEIR_TANSU_SCRAM", seed.trim())
-            .spawn()
-            .expect("starting tansu");
-        let b = SecureBroker {
-            children: vec![t],
-            bootstrap: format!("localhost:{port}"),
-            access: Access::Scram {
-                user: user.to_owned(),
-                password: password.to_owned(),
-            },
-        };
-        wait_listening(port, "tansu");
-        b.create_topics(topics);
-        b
+    /// The node's log (for a failure message).
+    pub fn log(&self) -> String {
+        crate::evidence::tail(&self.cluster.log(0))
     }
 
     /// A client config that reaches this broker.
@@ -267,11 +283,21 @@ print(";".join(cred(m) for m in ("256", "512")))
                         .set("ssl.key.password", pw);
                 }
             }
-            Access::Scram { user, password } => {
+            Access::Sasl {
+                mechanism,
+                user,
+                password,
+            } => {
                 c.set("security.protocol", "sasl_plaintext")
-                    .set("sasl.mechanism", "SCRAM-SHA-512")
+                    .set("sasl.mechanism", mechanism)
                     .set("sasl.username", user)
                     .set("sasl.password", password);
+            }
+            Access::UnsecuredJwt => {
+                c.set("security.protocol", "sasl_plaintext")
+                    .set("sasl.mechanism", "OAUTHBEARER")
+                    .set("enable.sasl.oauthbearer.unsecure.jwt", "true")
+                    .set("sasl.oauthbearer.config", "principal=weir-tests");
             }
         }
         c
@@ -307,21 +333,20 @@ pub fn python_run(python: &str, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Produces `values` to partition 0 of `topic`, one record batch each (tansu), keyed by index.
+/// Produces `values` to partition 0 of `topic`, in order, keyed by index.
 pub fn produce_via(config: &ClientConfig, topic: &str, values: &[String]) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = config
         .clone()
-        .set("linger.ms", "0")
-        .set("batch.num.messages", "1")
+        .set("linger.ms", "5")
         .create()
         .expect("producer");
     for (i, v) in values.iter().enumerate() {
         let key = i.to_string();
         let rec = BaseRecord::to(topic).partition(0).key(&key).payload(v);
         p.send(rec).map_err(|(e, _)| e).expect("send");
-        p.flush(Duration::from_secs(30)).expect("flush");
     }
+    p.flush(Duration::from_secs(30)).expect("flush");
 }
 
 /// The values of `topic` (partition 0), reading until `want` arrived or `patience` passed.

@@ -1,5 +1,5 @@
 //! `delivery: exactly-once` end to end: the real `weir` binary against a real Kafka-protocol
-//! broker over TCP (tansu), real components, real signals and `kill -9`. A `read_committed`
+//! broker over TCP (Apache Kafka, one node), real components, real signals and `kill -9`. A `read_committed`
 //! reader (the default of librdkafka, which the test reader is) must find every input exactly
 //! once in the outputs and the dead-letter topic together: 0 duplicates, 0 lost.
 
@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use weir_tests::kafka::{
-    high_watermarks, kafka_pipeline, records, sigterm, spawn_weir, tansu, trickle, wait_ok, Broker,
+    high_watermarks, kafka, kafka_pipeline, records, sigterm, spawn_weir, trickle, wait_ok, Broker,
 };
 use weir_tests::plugins::MISBEHAVE;
 use weir_tests::{evidence, scratch, stage, Scratch};
@@ -97,8 +97,8 @@ fn wait_commit_progress(b: &Broker, group: &str, before: &[Option<i64>], s: &Scr
 }
 
 #[test]
-fn on_tansu_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once() {
-    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+fn on_kafka_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once() {
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 2000;
     let producer = trickle(
         &b,
@@ -127,14 +127,14 @@ fn on_tansu_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once(
 }
 
 #[test]
-fn on_tansu_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
+fn on_kafka_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
     let (b, s, n) = kill_9_three_times("exactly-once");
     assert_exactly_once(&b, &s, "g-eos-kill", n);
 }
 
 /// The control: the same kills at-least-once duplicate outputs (so the test above has teeth).
 #[test]
-fn on_tansu_the_same_kills_at_least_once_leave_duplicates() {
+fn on_kafka_the_same_kills_at_least_once_leave_duplicates() {
     let (b, s, n) = kill_9_three_times("at-least-once");
     let seen = copies(&b);
     assert_eq!(seen.len(), n, "lost: {}", explain(&b, &s, "g-eos-kill", n));
@@ -145,19 +145,13 @@ fn on_tansu_the_same_kills_at_least_once_leave_duplicates() {
     );
 }
 
-/// The fresh-machine suite's flake (issue 28), made to happen on purpose. A member joins while
-/// the member before it, killed, is still in its session (6 s here), and sends its SyncGroup
-/// after that session ended: tansu's coordinator dropped the dead leader at the sync and took
-/// the joiner's sync (a follower's: no assignments) for the leader's, so the joiner owned
-/// nothing, nobody owned the dead member's partitions, and every heartbeat answered OK, for
-/// ever (scripts/tansu/group-sync.patch). tansu holds a follower's join 3 s, so the race is
-/// on when the joiner joins 3 to 6 s after the dead member's last heartbeat: a member started
-/// 3.2 s after the kill joins at about 4.5 s (its start-up takes about a second) and syncs at
-/// about 7.5 s. (A loaded machine stretches start-up into that window by chance: the kill-9
-/// test above failed so, rarely.)
+/// A member joins while the member before it, killed, is still in its session (6 s here): it
+/// must end up owning the dead member's partitions. (On tansu this found a coordinator bug, a
+/// joiner that owned nothing for ever: issue 28. The joiner starts 3.2 s after the kill, so it
+/// joins and syncs while the dead member's session runs out.)
 #[test]
-fn on_tansu_a_member_joining_while_a_killed_one_is_in_its_session_gets_its_partitions() {
-    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+fn on_kafka_a_member_joining_while_a_killed_one_is_in_its_session_gets_its_partitions() {
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let group = "g-eos-heir";
     let n = 600;
     let all = records(n, PARTS, value);
@@ -181,7 +175,7 @@ fn on_tansu_a_member_joining_while_a_killed_one_is_in_its_session_gets_its_parti
 /// Killed during start-up, then twice with work produced and not committed, while the input
 /// trickles in; then a run until every input is visible and a SIGTERM.
 fn kill_9_three_times(delivery: &str) -> (Broker, Scratch, usize) {
-    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
     let producer = trickle(
         &b,
@@ -243,8 +237,8 @@ fn run_to_exit(
 }
 
 #[test]
-fn on_tansu_a_stage_fail_aborts_its_transaction_and_a_restart_meets_the_message_again() {
-    let b = tansu(&[("in", 1), ("out", 1), ("dlq", 1)]);
+fn on_kafka_a_stage_fail_aborts_its_transaction_and_a_restart_meets_the_message_again() {
+    let b = kafka(&[("in", 1), ("out", 1), ("dlq", 1)]);
     let s = scratch!();
     pipeline(&b, &s, "g-eos-fail");
     let first: Vec<(i32, String, String)> =
@@ -310,8 +304,8 @@ fn signal(c: &std::process::Child, sig: &str) {
 }
 
 #[test]
-fn on_tansu_three_processes_joining_and_leaving_one_group_deliver_every_input_exactly_once() {
-    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+fn on_kafka_three_processes_joining_and_leaving_one_group_deliver_every_input_exactly_once() {
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
     let producer = trickle(
         &b,
@@ -344,8 +338,8 @@ fn on_tansu_three_processes_joining_and_leaving_one_group_deliver_every_input_ex
 }
 
 #[test]
-fn on_tansu_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
-    let b = tansu(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+fn on_kafka_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 2000;
     let producer = trickle(
         &b,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir_tests::kafka::{
-    high_watermarks, kafka_pipeline, records, sigterm, spawn_weir, tansu, trickle, wait_ok, Broker,
+    high_watermarks, kafka, kafka_pipeline, records, sigterm, spawn_weir, trickle, wait_ok, Broker,
     Record,
 };
 use weir_tests::plugins::{JSON_ENRICH, JSON_FILTER, MISBEHAVE, PASSTHROUGH};
@@ -29,14 +29,12 @@ fn every_message_comes_out_transformed_filtered_or_in_the_dlq_and_offsets_are_co
     end_to_end(&b, true);
 }
 
-/// The same pipeline against an independent Kafka implementation (tansu), so the suite does not
-/// only prove Weir against librdkafka's own mock. `scripts/test` installs tansu (cached) and
-/// sets `WEIR_TANSU_BIN`.
+/// The same pipeline on Apache Kafka (the broker users run, not librdkafka's own mock).
+/// `scripts/test` fetches it (cached) and sets `WEIR_KAFKA_HOME`. Stopped with SIGTERM once
+/// every output is there (a clean drain); the mock-cluster run above stops at the end.
 #[test]
-fn an_independent_broker_tansu_carries_the_same_pipeline_end_to_end() {
-    // tansu 0.6 answers end-offset queries with stale values, so `stop_at_end` cannot be
-    // trusted there: run until everything is out, then SIGTERM (a clean drain).
-    end_to_end(&tansu(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
+fn apache_kafka_carries_the_same_pipeline_end_to_end() {
+    end_to_end(&kafka(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
 }
 
 /// The pipeline of the end-to-end tests over `b`; with `at_end` it stops by itself
@@ -178,9 +176,9 @@ fn a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets
 }
 
 #[test]
-fn on_tansu_a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets_it_again()
+fn on_kafka_a_stage_fail_exits_1_without_committing_the_failed_offset_and_a_restart_meets_it_again()
 {
-    stage_fail(&tansu(&[("in", 1), ("out", 1), ("dlq", 1)]), false);
+    stage_fail(&kafka(&[("in", 1), ("out", 1), ("dlq", 1)]), false);
 }
 
 /// 40 messages, the 26th makes the stage `fail`: twice in a row the run exits 1 with the
@@ -255,8 +253,8 @@ fn kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_unco
 }
 
 #[test]
-fn on_tansu_kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_uncommitted() {
-    kill_9_and_restart(&tansu(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
+fn on_kafka_kill_9_at_several_points_then_restart_loses_nothing_and_replays_only_the_uncommitted() {
+    kill_9_and_restart(&kafka(&[("in", 3), ("out", 3), ("dlq", 1)]), false);
 }
 
 /// Killed during start-up, then twice mid-stream, while the input trickles in; then one run to

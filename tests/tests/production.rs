@@ -1,6 +1,6 @@
-//! Weir against what production clusters enforce: TLS (one-way and mutual, stunnel in front
-//! of tansu), SASL SCRAM (tansu's authentication), OIDC up to the wire (a local token
-//! endpoint), every compression codec (the Python confluent-kafka client as the independent
+//! Weir against what production clusters enforce, on Apache Kafka's own listeners: TLS (one-way
+//! and mutual), SASL SCRAM (users made at format time), SASL PLAIN, OAUTHBEARER through OIDC (a
+//! local token endpoint, the broker checking the token), every compression codec (the Python confluent-kafka client as the independent
 //! producer and reader), `weir check --connect`, errors that end the run instead of looping,
 //! secrets kept out of every output, `start` from an offset or a time, and topic patterns.
 
@@ -12,12 +12,6 @@ use weir_tests::secure::{python_run, read_via, tool, tools, Certs, SecureBroker}
 use weir_tests::{free_port, scratch, stage, Scratch};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
-
-fn tansu_bin() -> String {
-    std::env::var("WEIR_TANSU_BIN").expect(
-        "WEIR_TANSU_BIN is not set: run the tests with ./scripts/test (it installs tansu), or set it",
-    )
-}
 
 /// A pass-through pipeline from `in` to `out` on `brokers`, with `security` (YAML under the
 /// top-level `security:` key, already indented) and extra source lines.
@@ -77,14 +71,23 @@ fn check_connect(s: &Scratch, yaml: &str, envs: &[(&str, &str)]) -> (String, i32
 }
 
 /// Runs `p.yaml` until `out` holds `want` values (read with the broker's own client), calls
-/// `extra` while it still runs, then stops it. tansu's end offsets lag, so `stop_at_end` is
-/// not used there.
+/// `extra` while it still runs, then stops it.
 fn run_until(s: &Scratch, b: &SecureBroker, want: usize, extra: &mut dyn FnMut()) -> Vec<String> {
     let child = spawn_weir(s, "p.yaml", "run.log");
     let got = read_via(&b.client(), "out", want, Duration::from_secs(60));
     extra();
     stop(child, s, "run.log");
     got
+}
+
+/// Writes `secret` to the file `secret` and `p.yaml` with `security`'s line `lines.0` (the
+/// secret from the environment) replaced by `lines.1` (from that file).
+fn secret_in_a_file(s: &Scratch, brokers: &str, security: &str, lines: (&str, &str), secret: &str) {
+    std::fs::write(s.path("secret"), format!("{secret}\n")).expect("write");
+    s.write(
+        "p.yaml",
+        &pipeline(brokers, &security.replace(lines.0, lines.1), "", ""),
+    );
 }
 
 /// SIGTERMs a `weir run`, waits for its clean exit, and returns its log.
@@ -102,13 +105,7 @@ fn mutual_tls_with_an_encrypted_key_carries_a_pipeline_and_a_wrong_ca_or_missing
     let t = tools();
     let s = scratch!();
     let certs = Certs::make(&tool(&t, "WEIR_OPENSSL"), s.dir.path());
-    let b = SecureBroker::tls(
-        &tansu_bin(),
-        &tool(&t, "WEIR_STUNNEL"),
-        &certs,
-        true,
-        &["in", "out"],
-    );
+    let b = SecureBroker::tls(&certs, true, &["in", "out"]);
     let values: Vec<String> = (0..20).map(|i| format!("{{\"n\":{i}}}")).collect();
     weir_tests::secure::produce_via(&b.client(), "in", &values);
     let mtls = "  ca: ca.pem\n  cert: client.pem\n  key: client.key\n  key_password_file: client-key-password\n";
@@ -170,13 +167,7 @@ fn one_way_tls_verifies_the_broker_and_its_host_name() {
     let t = tools();
     let s = scratch!();
     let certs = Certs::make(&tool(&t, "WEIR_OPENSSL"), s.dir.path());
-    let b = SecureBroker::tls(
-        &tansu_bin(),
-        &tool(&t, "WEIR_STUNNEL"),
-        &certs,
-        false,
-        &["in", "out"],
-    );
+    let b = SecureBroker::tls(&certs, false, &["in", "out"]);
     s.write("p.yaml", &pipeline(&b.bootstrap, "  ca: ca.pem\n", "", ""));
     let (out, code, _) = check_connect(&s, "p.yaml", &[]);
     assert_eq!(code, 0, "one-way TLS: {out}");
@@ -228,10 +219,8 @@ fn one_way_tls_verifies_the_broker_and_its_host_name() {
 #[test]
 fn scram_logs_in_with_the_right_password_and_a_wrong_one_ends_the_run_with_exit_2_never_showing_it()
 {
-    let t = tools();
-    let python = tool(&t, "WEIR_KAFKA_PYTHON");
     let password = "S3cret-scram-pw-9921";
-    let b = SecureBroker::scram(&tansu_bin(), &python, "weir", password, &["in", "out"]);
+    let b = SecureBroker::scram("weir", password, &["in", "out"]);
     let s = scratch!();
     let values: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
     weir_tests::secure::produce_via(&b.client(), "in", &values);
@@ -317,9 +306,10 @@ fn scram_logs_in_with_the_right_password_and_a_wrong_one_ends_the_run_with_exit_
 }
 
 #[test]
-fn oidc_client_credentials_fetch_a_token_from_the_endpoint_and_the_secret_stays_hidden() {
-    // A local token endpoint: librdkafka posts client credentials and gets a JWT. The mock
-    // broker does not speak SASL, so the connection then fails: everything up to the wire.
+fn oidc_client_credentials_fetch_a_token_the_broker_accepts_and_the_secret_stays_hidden() {
+    // A local token endpoint: librdkafka posts client credentials and gets a JWT, which it
+    // presents to Apache Kafka's OAUTHBEARER listener; the broker's default validator checks
+    // it (an unsecured JWT: `alg: none`, a subject, an expiry in the future).
     let server = tiny_http::Server::http("127.0.0.1:0").expect("token endpoint");
     let endpoint = format!("http://{}/oauth2/token", server.server_addr());
     let (tx, rx) = std::sync::mpsc::channel();
@@ -339,10 +329,14 @@ fn oidc_client_credentials_fetch_a_token_from_the_endpoint_and_the_secret_stays_
             let answer = format!(
                 "{{\"access_token\":\"{jwt}\",\"token_type\":\"bearer\",\"expires_in\":3600}}"
             );
-            let _ = req.respond(tiny_http::Response::from_string(answer));
+            let json: tiny_http::Header =
+                "Content-Type: application/json".parse().expect("a header");
+            let _ = req.respond(tiny_http::Response::from_string(answer).with_header(json));
         }
     });
-    let b = Broker::start(WEIR, &[("in", 1), ("out", 1)]);
+    let b = SecureBroker::oauthbearer(&["in", "out"]);
+    let values: Vec<String> = (0..10).map(|i| format!("o{i}")).collect();
+    weir_tests::secure::produce_via(&b.client(), "in", &values);
     let s = scratch!();
     let secret = "oidc-client-secret-88231";
     let sec = format!(
@@ -362,11 +356,64 @@ fn oidc_client_credentials_fetch_a_token_from_the_endpoint_and_the_secret_stays_
         format!("Basic {basic}"),
         "client id and secret as HTTP basic auth"
     );
-    // The mock broker has no SASL: the check fails, and says where.
-    assert_ne!(code, 0, "{out}");
-    assert!(out.contains("FAIL  source"), "{out}");
+    assert_eq!(
+        code,
+        0,
+        "check --connect with the fetched token: {out}{}",
+        b.log()
+    );
+    assert!(out.contains("OAUTHBEARER"), "{out}");
     assert!(secs < 20.0, "took {secs:.1}s");
     assert!(!out.contains(secret), "the client secret is shown: {out}");
+    // A run (the secret from a file): every record through, the secret in no log or report.
+    secret_in_a_file(
+        &s,
+        &b.bootstrap,
+        &sec,
+        (
+            "client_secret: ${OIDC_SECRET}",
+            "client_secret_file: secret",
+        ),
+        secret,
+    );
+    let child = spawn_weir(&s, "p.yaml", "run.log");
+    let got = read_via(&b.client(), "out", values.len(), Duration::from_secs(60));
+    let log = stop(child, &s, "run.log");
+    assert_eq!(got, values, "{log}");
+    let report = std::fs::read_to_string(s.path("report.json")).unwrap_or_default();
+    assert!(!log.contains(secret) && !report.contains(secret));
+}
+
+#[test]
+fn sasl_plain_logs_in_and_a_wrong_password_is_refused_by_check_within_the_timeout() {
+    let password = "Pl41n-pw-3307";
+    let b = SecureBroker::plain("weir", password, &["in", "out"]);
+    let values: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    weir_tests::secure::produce_via(&b.client(), "in", &values);
+    let s = scratch!();
+    let sec = "  protocol: sasl_plaintext\n  sasl:\n    mechanism: PLAIN\n    username: weir\n    password: ${KAFKA_PASSWORD}\n";
+    s.write("p.yaml", &pipeline(&b.bootstrap, sec, "", ""));
+    let (out, code, _) = check_connect(&s, "p.yaml", &[("KAFKA_PASSWORD", password)]);
+    assert_eq!(code, 0, "PLAIN: {out}{}", b.log());
+    assert!(out.contains("PLAIN"), "{out}");
+    assert!(!out.contains(password), "the password is shown: {out}");
+    // The run reads the password from a file.
+    secret_in_a_file(
+        &s,
+        &b.bootstrap,
+        sec,
+        ("password: ${KAFKA_PASSWORD}", "password_file: secret"),
+        password,
+    );
+    let got = run_until(&s, &b, values.len(), &mut || {});
+    assert_eq!(got, values);
+    s.write("p.yaml", &pipeline(&b.bootstrap, sec, "", ""));
+    let wrong = "Wr0ng-plain-1180";
+    let (out, code, secs) = check_connect(&s, "p.yaml", &[("KAFKA_PASSWORD", wrong)]);
+    assert_eq!(code, 2, "wrong password: {out}");
+    assert!(out.to_lowercase().contains("authentication"), "{out}");
+    assert!(secs < 20.0, "took {secs:.1}s");
+    assert!(!out.contains(wrong), "the wrong password is shown: {out}");
 }
 
 #[test]
@@ -509,10 +556,11 @@ fn start_from_an_offset_applies_to_partitions_without_a_committed_offset() {
 }
 
 /// Time look-ups need a broker that answers ListOffsets by timestamp (librdkafka's mock
-/// cluster answers -1 to every one): tansu, with records written on both sides of a moment.
+/// cluster answers -1 to every one): Apache Kafka, with records written on both sides of a
+/// moment.
 #[test]
 fn start_from_a_time_reads_what_was_written_after_it() {
-    let b = weir_tests::kafka::tansu(&[("in", 1), ("out-at", 1), ("out-ago", 1)]);
+    let b = weir_tests::kafka::kafka(&[("in", 1), ("out-at", 1), ("out-ago", 1)]);
     let before: Vec<(i32, String, String)> = (0..5)
         .map(|i| (0, format!("k{i}"), format!("before{i}")))
         .collect();
@@ -564,10 +612,11 @@ fn wait_for(b: &Broker, n: usize) {
 }
 
 /// A topic created while the pipeline runs joins at the next metadata refresh (1 s here).
-/// On tansu: librdkafka's mock cluster never completes the cooperative rejoin that follows.
+/// On Apache Kafka: librdkafka's mock cluster never completes the cooperative rejoin that
+/// follows.
 #[test]
 fn a_topic_created_later_that_matches_the_pattern_joins_the_running_pipeline() {
-    let b = weir_tests::kafka::tansu(&[("logs-a", 1), ("out", 1)]);
+    let b = weir_tests::kafka::kafka(&[("logs-a", 1), ("out", 1)]);
     b.produce("logs-a", &records(3, 1, |i| format!("a{i}")));
     let s = scratch!();
     let yaml = format!(

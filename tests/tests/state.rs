@@ -1,6 +1,6 @@
 //! Stateful stages end to end: the real `weir` binary, the `running-total`, `dedup` and
 //! `misbehave` components built from source, real files, and a Kafka-protocol broker over TCP
-//! for the changelog (the mock cluster of `weir broker`; tansu with transactions).
+//! for the changelog (the mock cluster of `weir broker`; Apache Kafka with transactions).
 
 use std::collections::BTreeMap;
 
@@ -455,18 +455,18 @@ fn assert_exact_totals(b: &Broker, orders: &[(i32, String, String)], s: &Scratch
 }
 
 #[test]
-fn on_tansu_exactly_once_totals_survive_kill_9_and_a_wiped_state_dir() {
+fn on_kafka_exactly_once_totals_survive_kill_9_and_a_wiped_state_dir() {
     let (b, orders, s, _logs) = churn_with("exactly-once");
     assert_exact_totals(&b, &orders, &s);
 }
 
 /// The control: at-least-once, killed the same way and restored from a wiped state dir, the
 /// totals are never lower than the sums (nothing is lost), and may be higher (a replayed
-/// order's write can come back from the changelog). Without the group churn: tansu hands a
-/// partition to a new member before the old one let it go, and without fencing two members
+/// order's write can come back from the changelog). Without the group churn: a partition can
+/// be handed to a new member before the old one let it go, and without fencing two members
 /// then write one partition's state (docs/state.md: at-least-once and zombies).
 #[test]
-fn on_tansu_at_least_once_totals_after_kill_9_and_a_wiped_state_dir_are_never_lower() {
+fn on_kafka_at_least_once_totals_after_kill_9_and_a_wiped_state_dir_are_never_lower() {
     let (b, orders, s, _logs) = churn_with("at-least-once");
     let want = sums(&orders);
     let got = last_totals(&b);
@@ -483,16 +483,16 @@ fn on_tansu_at_least_once_totals_after_kill_9_and_a_wiped_state_dir_are_never_lo
 /// What [`churn_with`] leaves: the broker, the orders, the scratch folder and the runs' logs.
 type Churned = (Broker, Vec<(i32, String, String)>, Scratch, Vec<String>);
 
-/// The running-total pipeline on tansu with `delivery` while the input trickles in: killed
+/// The running-total pipeline on Apache Kafka with `delivery` while the input trickles in: killed
 /// twice (`kill -9`) with totals produced and not committed, then run again, stopped, and
 /// started with its state dir wiped; then the last 300 orders come, and it runs until every
 /// order came out.
-/// (Group churn with state: `on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once`.)
+/// (Group churn with state: `on_kafka_three_members_joining_and_leaving_keep_exact_totals_exactly_once`.)
 fn churn_with(delivery: &str) -> Churned {
     use std::time::{Duration, Instant};
-    use weir_tests::kafka::{sigterm, spawn_weir, tansu, trickle, wait_ok};
+    use weir_tests::kafka::{kafka, sigterm, spawn_weir, trickle, wait_ok};
 
-    let b = tansu(&[("in", 3), ("out", 3), ("dlq", 1)]);
+    let b = kafka(&[("in", 3), ("out", 3), ("dlq", 1)]);
     let orders = customer_orders(1800);
     // Input keeps coming (about 30 s) while it is killed and restarted. The last 300 come
     // after the wipe: their totals build on the restored state.
@@ -587,11 +587,11 @@ fn churn_with(delivery: &str) -> Churned {
 /// customer's totals, in output order, are exactly the running sums of its orders. (Not on
 /// the mock cluster: it does not keep offsets committed in a transaction.)
 #[test]
-fn on_tansu_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
+fn on_kafka_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
     use std::time::{Duration, Instant};
-    use weir_tests::kafka::{sigterm, spawn_weir, tansu, trickle, wait_ok};
+    use weir_tests::kafka::{kafka, sigterm, spawn_weir, trickle, wait_ok};
 
-    let b = tansu(&[("in", 3), ("out", 3), ("dlq", 1)]);
+    let b = kafka(&[("in", 3), ("out", 3), ("dlq", 1)]);
     let orders = customer_orders(1800);
     let producer = trickle(&b, "in", orders.clone(), 60, Duration::from_millis(100));
     let s = scratch!();

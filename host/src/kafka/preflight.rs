@@ -359,8 +359,7 @@ fn source(
         )));
         topic_partitions(&meta, t, &mut tpl);
     }
-    let committed = consumer
-        .committed_offsets(tpl, timeout)
+    let committed = committed_offsets(&consumer, &tpl, timeout)
         .map_err(client_err(name, &format!("group `{}`", k.group)))?;
     let n = committed
         .elements()
@@ -375,6 +374,36 @@ fn source(
         k.group
     )));
     Ok(())
+}
+
+/// The group's committed offsets, asked again while its coordinator is not ready (a cluster
+/// just started creates `__consumer_offsets` first; a coordinator that moved, or is loading
+/// the group, answers so for a moment), until `timeout`: not a reason to refuse the start.
+fn committed_offsets<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+    timeout: Duration,
+) -> Result<TopicPartitionList, KafkaError> {
+    use rdkafka::error::RDKafkaErrorCode as Code;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.committed_offsets(tpl.clone(), left) {
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        Code::NotCoordinator
+                            | Code::CoordinatorNotAvailable
+                            | Code::CoordinatorLoadInProgress
+                    )
+                ) && left > Duration::from_millis(200) =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            r => return r,
+        }
+    }
 }
 
 fn topic_partitions(meta: &Metadata, topic: &str, tpl: &mut TopicPartitionList) {
