@@ -275,6 +275,13 @@ impl Cluster {
             ),
             ("share.coordinator.state.topic.min.isr", isr.to_string()),
             ("group.initial.rebalance.delay.ms", "0".to_owned()),
+            // The consumer protocol's (KIP-848) session and heartbeat, which the broker owns:
+            // as short as the classic tests' (6 s, 0.5 s), so a killed member's partitions
+            // move as soon under either protocol.
+            ("group.consumer.min.session.timeout.ms", "6000".to_owned()),
+            ("group.consumer.session.timeout.ms", "6000".to_owned()),
+            ("group.consumer.min.heartbeat.interval.ms", "500".to_owned()),
+            ("group.consumer.heartbeat.interval.ms", "500".to_owned()),
             // The smallest the broker takes (it wants more than 1 MiB per cleaner thread).
             ("log.cleaner.dedupe.buffer.size", "2097152".to_owned()),
             ("num.network.threads", "2".to_owned()),

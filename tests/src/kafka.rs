@@ -104,6 +104,31 @@ impl Broker {
         b
     }
 
+    /// Runs one of Kafka's own tools against this (Apache Kafka) broker: `main` with
+    /// `--bootstrap-server` and `args`; (exit success, its output).
+    pub fn kafka_tool(&self, main: &str, args: &[&str]) -> (bool, String) {
+        let cluster = self.cluster.as_ref().expect("an Apache Kafka broker");
+        let mut all = vec!["--bootstrap-server", self.bootstrap.as_str()];
+        all.extend_from_slice(args);
+        cluster.tool(main, &all)
+    }
+
+    /// The group's type as Kafka's own `kafka-consumer-groups --list --type` shows it
+    /// (`Classic`, `Consumer`).
+    pub fn group_type(&self, group: &str) -> String {
+        let (ok, out) = self.kafka_tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            &["--list", "--type"],
+        );
+        assert!(ok, "kafka-consumer-groups --list --type: {out}");
+        out.lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(group)).then(|| w.next().unwrap_or_default().to_owned())
+            })
+            .unwrap_or_else(|| panic!("group {group} is not listed: {out}"))
+    }
+
     /// The Apache Kafka cluster (to kill, stop and restart nodes, or run Kafka's tools).
     pub fn cluster(&mut self) -> &mut crate::apache::Cluster {
         self.cluster.as_mut().expect("an Apache Kafka broker")
@@ -327,6 +352,30 @@ impl Record {
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The consumer group protocol a test's pipeline runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The classic protocol, cooperative-sticky ([`kafka_pipeline`]'s own).
+    Classic,
+    /// KIP-848's (`group_protocol: consumer`): the broker owns the session (6 s on the test
+    /// cluster, as the classic pipelines set it) and the assignment.
+    Consumer,
+}
+
+impl Protocol {
+    /// `yaml` (made by [`kafka_pipeline`]) under this protocol.
+    pub fn apply(self, yaml: &str) -> String {
+        match self {
+            Protocol::Classic => yaml.to_owned(),
+            Protocol::Consumer => {
+                let classic = "    properties:\n      session.timeout.ms: 6000\n      heartbeat.interval.ms: 500\n";
+                assert!(yaml.contains(classic), "not a kafka_pipeline: {yaml}");
+                yaml.replace(classic, "    group_protocol: consumer\n")
+            }
+        }
     }
 }
 

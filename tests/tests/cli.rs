@@ -548,6 +548,33 @@ fn kafka_config_mistakes_name_the_file_line_and_field() {
             "field `source.kafka.assignor`",
             "cooperative",
         ),
+        // The consumer group protocol (KIP-848): the broker owns the session, the heartbeat
+        // and the assignment.
+        (
+            format!("{src}    group_protocol: consumer\n    properties:\n      session.timeout.ms: 6000\n{sink}"),
+            "p.yaml:8: field `source.kafka.properties.session.timeout.ms`",
+            "group.consumer.session.timeout.ms",
+        ),
+        (
+            format!("{src}    group_protocol: consumer\n    properties:\n      partition.assignment.strategy: range\n{sink}"),
+            "p.yaml:8: field `source.kafka.properties.partition.assignment.strategy`",
+            "under `group_protocol: consumer`",
+        ),
+        (
+            format!("{src}    group_protocol: consumer\n    assignor: eager\n{sink}"),
+            "p.yaml:7: field `source.kafka.assignor`",
+            "needs `group_protocol: classic`",
+        ),
+        (
+            format!("{src}    properties:\n      group.protocol: consumer\n{sink}"),
+            "p.yaml:7: field `source.kafka.properties.group.protocol`",
+            "use `group_protocol",
+        ),
+        (
+            format!("{src}    group_protocol: kip848\n{sink}"),
+            "field `source.kafka.group_protocol`",
+            "consumer",
+        ),
         (
             // The line of the field itself, found by its path, not the first `timeout:`.
             format!("{src}stages:\n  - name: a\n    plugin: a.wasm\n    limits:\n      timeout: 1s\n  - name: b\n    plugin: b.wasm\n    limits:\n      timeout: 0s\n{sink}"),

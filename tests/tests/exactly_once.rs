@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use weir_tests::kafka::{
     high_watermarks, kafka, kafka_pipeline, records, sigterm, spawn_weir, trickle, wait_ok, Broker,
+    Protocol,
 };
 use weir_tests::plugins::MISBEHAVE;
 use weir_tests::{evidence, scratch, stage, Scratch};
@@ -24,20 +25,20 @@ fn value(i: usize) -> String {
 }
 
 fn pipeline(b: &Broker, s: &Scratch, group: &str) {
-    pipeline_with(b, s, group, "exactly-once");
+    pipeline_with(b, s, group, "exactly-once", Protocol::Classic);
 }
 
-fn pipeline_with(b: &Broker, s: &Scratch, group: &str, delivery: &str) {
+fn pipeline_with(b: &Broker, s: &Scratch, group: &str, delivery: &str, protocol: Protocol) {
     let stages = stage("m", MISBEHAVE, &[]);
     s.write(
         "p.yaml",
-        &kafka_pipeline(
+        &protocol.apply(&kafka_pipeline(
             &b.bootstrap,
             group,
             &stages,
             "",
             &format!("delivery: {delivery}\n"),
-        ),
+        )),
     );
 }
 
@@ -128,14 +129,22 @@ fn on_kafka_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once(
 
 #[test]
 fn on_kafka_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
-    let (b, s, n) = kill_9_three_times("exactly-once");
+    let (b, s, n) = kill_9_three_times("exactly-once", Protocol::Classic);
+    assert_exactly_once(&b, &s, "g-eos-kill", n);
+}
+
+/// The same under the consumer group protocol (KIP-848): the broker assigns, and a killed
+/// member's partitions move when its session (6 s) ends.
+#[test]
+fn on_kafka_kip848_kill_9_at_several_points_then_a_restart_delivers_every_input_exactly_once() {
+    let (b, s, n) = kill_9_three_times("exactly-once", Protocol::Consumer);
     assert_exactly_once(&b, &s, "g-eos-kill", n);
 }
 
 /// The control: the same kills at-least-once duplicate outputs (so the test above has teeth).
 #[test]
 fn on_kafka_the_same_kills_at_least_once_leave_duplicates() {
-    let (b, s, n) = kill_9_three_times("at-least-once");
+    let (b, s, n) = kill_9_three_times("at-least-once", Protocol::Classic);
     let seen = copies(&b);
     assert_eq!(seen.len(), n, "lost: {}", explain(&b, &s, "g-eos-kill", n));
     let dups = seen.values().filter(|c| **c > 1).count();
@@ -174,7 +183,7 @@ fn on_kafka_a_member_joining_while_a_killed_one_is_in_its_session_gets_its_parti
 
 /// Killed during start-up, then twice with work produced and not committed, while the input
 /// trickles in; then a run until every input is visible and a SIGTERM.
-fn kill_9_three_times(delivery: &str) -> (Broker, Scratch, usize) {
+fn kill_9_three_times(delivery: &str, protocol: Protocol) -> (Broker, Scratch, usize) {
     let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
     let producer = trickle(
@@ -185,7 +194,7 @@ fn kill_9_three_times(delivery: &str) -> (Broker, Scratch, usize) {
         Duration::from_millis(100),
     );
     let s = scratch!();
-    pipeline_with(&b, &s, "g-eos-kill", delivery);
+    pipeline_with(&b, &s, "g-eos-kill", delivery, protocol);
     // Commits every second: each kill lands with outputs produced and not committed.
     let yaml = std::fs::read_to_string(s.path("p.yaml")).expect("yaml");
     s.write(
@@ -305,6 +314,17 @@ fn signal(c: &std::process::Child, sig: &str) {
 
 #[test]
 fn on_kafka_three_processes_joining_and_leaving_one_group_deliver_every_input_exactly_once() {
+    three_processes_joining_and_leaving(Protocol::Classic);
+}
+
+/// The same under the consumer group protocol (KIP-848).
+#[test]
+fn on_kafka_kip848_three_processes_joining_and_leaving_one_group_deliver_every_input_exactly_once()
+{
+    three_processes_joining_and_leaving(Protocol::Consumer);
+}
+
+fn three_processes_joining_and_leaving(protocol: Protocol) {
     let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
     let producer = trickle(
@@ -315,7 +335,7 @@ fn on_kafka_three_processes_joining_and_leaving_one_group_deliver_every_input_ex
         Duration::from_millis(100),
     );
     let s = scratch!();
-    pipeline(&b, &s, "g-eos-group");
+    pipeline_with(&b, &s, "g-eos-group", "exactly-once", protocol);
     let mut members = Vec::new();
     for i in 0..3 {
         let log = format!("member-{i}.log");
@@ -323,6 +343,12 @@ fn on_kafka_three_processes_joining_and_leaving_one_group_deliver_every_input_ex
         members.push((spawn_weir(&s, "p.yaml", &log), log.clone()));
         wait_commit_progress(&b, "g-eos-group", &before, &s, &log);
     }
+    // The group runs the protocol asked for, as Kafka's own tool sees it.
+    let want = match protocol {
+        Protocol::Classic => "Classic",
+        Protocol::Consumer => "Consumer",
+    };
+    assert_eq!(b.group_type("g-eos-group"), want);
     // Two leave mid-stream (their partitions move to the one that stays).
     for _ in 0..2 {
         let (c, log) = members.remove(0);
@@ -337,8 +363,23 @@ fn on_kafka_three_processes_joining_and_leaving_one_group_deliver_every_input_ex
     assert_exactly_once(&b, &s, "g-eos-group", n);
 }
 
+/// A member paused (SIGSTOP) past its session, with transactions open, while another takes
+/// its partitions: when it wakes, its transactions are fenced (nothing of them visible), it
+/// lets the partitions go and joins again; no input is doubled or lost. (It used to exit 1.)
 #[test]
 fn on_kafka_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
+    zombie_fenced(Protocol::Classic);
+}
+
+/// The same under the consumer group protocol (KIP-848): the broker ends the paused
+/// member's session and hands its partitions on; its transactions are fenced all the same,
+/// and it joins again.
+#[test]
+fn on_kafka_kip848_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
+    zombie_fenced(Protocol::Consumer);
+}
+
+fn zombie_fenced(protocol: Protocol) {
     let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 2000;
     let producer = trickle(
@@ -349,7 +390,7 @@ fn on_kafka_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
         Duration::from_millis(150),
     );
     let s = scratch!();
-    pipeline(&b, &s, "g-eos-zombie");
+    pipeline_with(&b, &s, "g-eos-zombie", "exactly-once", protocol);
     // The zombie's transactions stay open (a long commit interval): when it is paused it
     // holds produced, uncommitted outputs for all its partitions.
     let yaml = std::fs::read_to_string(s.path("p.yaml")).expect("yaml");
@@ -372,14 +413,24 @@ fn on_kafka_a_zombie_paused_past_its_session_is_fenced_and_adds_no_duplicate() {
     let heir = spawn_weir(&s, "p.yaml", "heir.log");
     wait_commit_progress(&b, "g-eos-zombie", &[None, None, None], &s, "heir.log");
     signal(&zombie, "CONT");
-    // The zombie cannot commit for partitions it lost: fenced, it stops.
-    let (code, _) = run_to_exit(&s, zombie, "zombie.log");
-    let log = std::fs::read_to_string(s.path("zombie.log")).unwrap_or_default();
-    assert_eq!(code, Some(1), "{log}");
-    assert!(log.contains("fenced"), "{log}");
+    // The zombie cannot commit for partitions it lost: its transactions are fenced (nothing
+    // of them visible), it lets the partitions go and joins the group again as a member like
+    // any other.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let zombie_log = || std::fs::read_to_string(s.path("zombie.log")).unwrap_or_default();
+    while !zombie_log().contains("fenced") {
+        assert!(
+            Instant::now() < deadline,
+            "the zombie was not fenced within 60 s: {}",
+            zombie_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     producer.join().expect("producer");
-    wait_all_visible(&b, &s, "g-eos-zombie", n, "the heir");
-    sigterm(&heir);
-    wait_ok(heir, "the heir", &s, "heir.log");
+    wait_all_visible(&b, &s, "g-eos-zombie", n, "the heir and the zombie");
+    for (c, log) in [(heir, "heir.log"), (zombie, "zombie.log")] {
+        sigterm(&c);
+        wait_ok(c, log, &s, log);
+    }
     assert_exactly_once(&b, &s, "g-eos-zombie", n);
 }

@@ -55,6 +55,8 @@ struct World {
     violations: Vec<String>,
     /// Messages the source handed over (re-reads included).
     read: usize,
+    /// Partitions the runtime asked the source to read again from an offset.
+    rewinds: usize,
     /// Exactly-once: the broker's side of the transactions.
     txn: TxnWorld,
     /// Stateful stages' changelog partitions: (topic, partition) → acknowledged (or, under
@@ -84,6 +86,14 @@ struct TxnWorld {
     aborts: usize,
     /// Partitions another member has taken over: commits fail as fenced.
     fenced: BTreeSet<PartitionKey>,
+    /// Partitions whose commit is refused while they are being revoked (the group moved on
+    /// mid-rebalance: Apache Kafka's `ILLEGAL_GENERATION`), and how many were refused.
+    refused_at_revoke: BTreeSet<PartitionKey>,
+    refused: usize,
+    /// A partition's next commit at or past this offset is refused (once).
+    refuse_at: BTreeMap<PartitionKey, i64>,
+    /// Partitions being revoked now.
+    revoking: BTreeSet<PartitionKey>,
     /// Producers being opened now, and the most ever opened at the same time.
     opening: usize,
     most_opening: usize,
@@ -345,6 +355,11 @@ enum Step {
     Stop,
     /// Another member takes these partitions over: their transactions can no longer commit.
     Fence(Vec<PartitionKey>),
+    /// From now on these partitions' commits are refused while they are being revoked.
+    RefuseAtRevoke(Vec<PartitionKey>),
+    /// The next commit of this partition that has at least this many messages below it is
+    /// refused (the group moved on mid-rebalance), wherever it comes from.
+    RefuseCommitAt(PartitionKey, i64),
 }
 
 struct FakeSource {
@@ -391,7 +406,13 @@ impl FakeSource {
         if keys.is_empty() {
             return;
         }
+        self.shared
+            .world()
+            .txn
+            .revoking
+            .extend(keys.iter().cloned());
         let offsets = to.revoked(&keys);
+        self.shared.world().txn.revoking.clear();
         self.commit_checked(&offsets, true);
         let mut w = self.shared.world();
         for k in &keys {
@@ -491,6 +512,12 @@ impl FakeSource {
                 Step::Close(keys) => self.shared.world().closed.extend(keys),
                 Step::Stop => self.stop.store(true, Ordering::SeqCst),
                 Step::Fence(keys) => self.shared.world().txn.fenced.extend(keys),
+                Step::RefuseAtRevoke(keys) => {
+                    self.shared.world().txn.refused_at_revoke.extend(keys)
+                }
+                Step::RefuseCommitAt(key, at) => {
+                    self.shared.world().txn.refuse_at.insert(key, at);
+                }
             }
         }
     }
@@ -557,6 +584,18 @@ impl Source for FakeSource {
 
     fn committed(&self, key: &PartitionKey) -> Option<i64> {
         self.committed.get(key).copied()
+    }
+
+    fn rewind(&mut self, key: &PartitionKey, at: i64, _: Option<i64>) -> Result<(), SourceError> {
+        // The end is reported again when the partition is read up to it (it is closed).
+        let pos = self
+            .owned
+            .get_mut(key)
+            .expect("rewind of a partition not owned");
+        *pos = at;
+        self.ended.remove(key);
+        self.shared.world().rewinds += 1;
+        Ok(())
     }
 
     fn committed_all(&self) -> BTreeMap<String, i64> {
@@ -701,6 +740,18 @@ impl Transactions for FakeTxns {
 
     fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), TxnError> {
         let mut w = self.shared.world();
+        let refuse_now = w.txn.refuse_at.get(key).is_some_and(|&at| next >= at);
+        if refuse_now {
+            w.txn.refuse_at.remove(key);
+        }
+        if refuse_now || (w.txn.refused_at_revoke.contains(key) && w.txn.revoking.contains(key)) {
+            // The broker refuses the offsets; the producer's transaction is then abortable.
+            w.txn.refused += 1;
+            return Err(TxnError::GroupMoved {
+                key: key.clone(),
+                why: "the fake broker: ILLEGAL_GENERATION (the group moved on)".into(),
+            });
+        }
         if w.txn.fenced.contains(key) {
             // The new owner's producer took the id over: the broker aborted this one.
             if w.txn.open.remove(key).is_some() {
@@ -1566,6 +1617,71 @@ fn exactly_once_a_revoke_commits_the_partitions_transaction_before_it_is_release
     assert_visible_once(&w, &p(0), 300);
     assert_visible_once(&w, &p(1), 300);
     assert_eq!(w.txn.committed.get(&p(0)), Some(&300));
+}
+
+/// A revoked partition whose commit the broker refuses (the group moved on mid-rebalance,
+/// as Apache Kafka answers under cooperative-sticky) is let go with its transaction aborted:
+/// the run goes on, and the partition's next owner (here this member again) starts at its
+/// last commit, so every message is visible once. (It used to stop the run, exit 1.)
+#[test]
+fn exactly_once_a_revoke_whose_commit_is_refused_lets_the_partition_go_and_the_run_goes_on() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        2,
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::RefuseAtRevoke(vec![p(0)]),
+            Step::Append(p(0), with_rejects(300, &[5, 250])),
+            Step::Append(p(1), oks(300)),
+            Step::Polls(2),
+            Step::Revoke(vec![p(0)]),
+            Step::Check(|w| w.txn.refused >= 1, "the revoke's commit was refused"),
+            Step::Check(
+                |w| !w.txn.opened.contains(&p(0)),
+                "the revoked partition's producer is closed",
+            ),
+            Step::Assign(vec![p(0)]),
+            Step::Close(vec![p(0), p(1)]),
+        ],
+    );
+    assert!(out.controller.error.is_none(), "{:?}", out.controller);
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.txn.aborts >= 1, "the refused transaction was aborted");
+    assert_visible_once(&w, &p(0), 300);
+    assert_visible_once(&w, &p(1), 300);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&300));
+}
+
+/// A transaction whose offsets the broker refuses mid-stream because the group moved on
+/// (Apache Kafka's `ILLEGAL_GENERATION` when a commit crosses a cooperative rebalance that
+/// left the partition here) is aborted and the partition read again from its last commit:
+/// the run goes on, and every message is visible once. (It used to stop the run, exit 1.)
+#[test]
+fn exactly_once_a_commit_refused_mid_stream_reads_the_partition_again_and_the_run_goes_on() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        2,
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::RefuseCommitAt(p(0), 100),
+            Step::Append(p(0), with_rejects(300, &[5, 150, 250])),
+            Step::Append(p(1), oks(300)),
+            Step::Until(|w| w.txn.refused >= 1),
+            Step::Append(p(0), oks(20)),
+            Step::Close(vec![p(0), p(1)]),
+        ],
+    );
+    assert!(out.controller.error.is_none(), "{:?}", out.controller);
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert_eq!(w.rewinds, 1, "the partition was read again once");
+    assert!(w.txn.aborts >= 1, "the refused transaction was aborted");
+    assert_visible_once(&w, &p(0), 320);
+    assert_visible_once(&w, &p(1), 300);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&320));
 }
 
 #[test]

@@ -588,6 +588,17 @@ fn churn_with(delivery: &str) -> Churned {
 /// the mock cluster: it does not keep offsets committed in a transaction.)
 #[test]
 fn on_kafka_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
+    three_members_keep_exact_totals(weir_tests::kafka::Protocol::Classic);
+}
+
+/// The same under the consumer group protocol (KIP-848): the broker moves the partitions,
+/// and their state with them.
+#[test]
+fn on_kafka_kip848_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
+    three_members_keep_exact_totals(weir_tests::kafka::Protocol::Consumer);
+}
+
+fn three_members_keep_exact_totals(protocol: weir_tests::kafka::Protocol) {
     use std::time::{Duration, Instant};
     use weir_tests::kafka::{kafka, sigterm, spawn_weir, trickle, wait_ok};
 
@@ -597,14 +608,15 @@ fn on_kafka_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
     let s = scratch!();
     let group = "g-state";
     for i in 0..3 {
-        let yaml = kafka_pipeline(
-            &b.bootstrap,
-            group,
-            &stateful("total", RUNNING_TOTAL, "{ buckets: [totals] }", &[]),
-            "",
-            &format!("  state_dir: state-{i}\ndelivery: exactly-once\n"),
-        )
-        .replace("report: report.json", &format!("report: report-{i}.json"));
+        let yaml = protocol
+            .apply(&kafka_pipeline(
+                &b.bootstrap,
+                group,
+                &stateful("total", RUNNING_TOTAL, "{ buckets: [totals] }", &[]),
+                "",
+                &format!("  state_dir: state-{i}\ndelivery: exactly-once\n"),
+            ))
+            .replace("report: report.json", &format!("report: report-{i}.json"));
         s.write(&format!("p-{i}.yaml"), &yaml);
     }
     let evidence = || evidence::state(&b, &s, group, ("in", 3), OUTPUTS);

@@ -31,8 +31,17 @@ pub struct KafkaSource {
     #[serde(default)]
     pub security: Option<Box<Security>>,
     /// Partition assignment: `cooperative` (incremental, cooperative-sticky) or `eager` (range).
+    /// Under `group_protocol: consumer` the broker assigns (incrementally): `eager` is refused.
     #[serde(default)]
     pub assignor: Assignor,
+    /// The consumer group protocol: `classic` (the members agree on an assignment at each
+    /// rebalance) or `consumer` (KIP-848, Kafka 4 and later: the broker assigns, each member
+    /// moves only the partitions that move, no group-wide pause). Under `consumer` the session
+    /// and heartbeat times are the broker's (`group.consumer.session.timeout.ms`, …), so the
+    /// properties `session.timeout.ms`, `heartbeat.interval.ms`,
+    /// `partition.assignment.strategy` and `group.protocol.type` are refused.
+    #[serde(default)]
+    pub group_protocol: GroupProtocol,
     /// Stop once every assigned partition is fully handled up to the end it had when it was
     /// assigned (drain a topic and exit; used by the quickstart, the benchmarks and `weir
     /// replay`). The ends of all partitions are read in one request per assignment.
@@ -176,6 +185,34 @@ pub enum Assignor {
     Cooperative,
     /// Range, eager: every rebalance revokes everything first.
     Eager,
+}
+
+/// The consumer group protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupProtocol {
+    /// The classic protocol: a join and sync round at every rebalance, the assignor run by
+    /// the group's leader.
+    #[default]
+    Classic,
+    /// KIP-848's protocol (`group.protocol=consumer`): heartbeats carry the assignment, the
+    /// broker computes it, and a rebalance moves only what moves.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The consumer properties this protocol does not take (the broker owns them).
+    pub fn refused_properties(self) -> &'static [&'static str] {
+        match self {
+            GroupProtocol::Classic => &[],
+            GroupProtocol::Consumer => &[
+                "session.timeout.ms",
+                "heartbeat.interval.ms",
+                "partition.assignment.strategy",
+                "group.protocol.type",
+            ],
+        }
+    }
 }
 
 /// A Kafka sink: messages are produced to `topic`, or to the topic a stage set.

@@ -374,6 +374,14 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
                 ));
             }
         }
+        if k.properties.contains_key("group.protocol") {
+            return Err(at(
+                text,
+                "source.kafka.properties.group.protocol",
+                "set by Weir: use `group_protocol: classic` or `group_protocol: consumer` (KIP-848)",
+            ));
+        }
+        validate_group_protocol(k, text)?;
     }
     if let Some(name) = &cfg.runtime.admin_token_env {
         if cfg.runtime.metrics.is_none() {
@@ -396,6 +404,29 @@ fn validate(cfg: &PipelineConfig, text: &str) -> Result<(), (usize, String)> {
     }
     if cfg.delivery == super::Delivery::ExactlyOnce {
         validate_exactly_once(cfg, text)?;
+    }
+    Ok(())
+}
+
+/// What `group_protocol: consumer` (KIP-848) does not take: the broker owns the session,
+/// the heartbeat and the assignment.
+fn validate_group_protocol(k: &super::KafkaSource, text: &str) -> Result<(), (usize, String)> {
+    let protocol = k.group_protocol;
+    if protocol == super::GroupProtocol::Consumer && k.assignor == super::Assignor::Eager {
+        return Err(at(
+            text,
+            "source.kafka.assignor",
+            "`eager` needs `group_protocol: classic`: under the consumer protocol (KIP-848) the broker assigns, and only moved partitions are revoked",
+        ));
+    }
+    for key in protocol.refused_properties() {
+        if k.properties.contains_key(*key) {
+            return Err(at(
+                text,
+                &format!("source.kafka.properties.{key}"),
+                "not taken under `group_protocol: consumer` (KIP-848): the broker sets it (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms, group.consumer.assignors)",
+            ));
+        }
     }
     Ok(())
 }

@@ -21,7 +21,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-pub use kafka::{is_pattern, property_text, Assignor, KafkaSink, KafkaSource, StartFrom};
+pub use kafka::{
+    is_pattern, property_text, Assignor, GroupProtocol, KafkaSink, KafkaSource, StartFrom,
+};
 pub use load::{load, load_str, ConfigError};
 pub use locate::line_of_path;
 pub use rollout::{CanaryBy, Factor, Observe, Percent, RollbackWhen, RolloutConfig, RolloutMode};

@@ -2,7 +2,9 @@
 
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 
-use crate::config::{property_text, Assignor, KafkaSink, KafkaSource, Security, StartFrom};
+use crate::config::{
+    property_text, Assignor, GroupProtocol, KafkaSink, KafkaSource, Security, StartFrom,
+};
 
 /// The `security` block's settings (TLS, SASL), if the client has one.
 fn secure(c: &mut ClientConfig, security: Option<&Security>) {
@@ -23,13 +25,6 @@ pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
                 StartFrom::Latest | StartFrom::Time(_) | StartFrom::Ago(_) => "latest",
             },
         )
-        .set(
-            "partition.assignment.strategy",
-            match src.assignor {
-                Assignor::Cooperative => "cooperative-sticky",
-                Assignor::Eager => "range",
-            },
-        )
         // librdkafka's own prefetch is bounded too (the byte budget covers what Weir holds).
         .set("queued.max.messages.kbytes", "16384")
         // While flow control holds, Weir stops taking messages and this prefetch fills up;
@@ -37,6 +32,21 @@ pub fn consumer_config(src: &KafkaSource) -> ClientConfig {
         // leave the pipeline idle for up to a second after every hold.
         .set("fetch.queue.backoff.ms", "10")
         .set("log_level", "4");
+    match src.group_protocol {
+        GroupProtocol::Classic => {
+            c.set(
+                "partition.assignment.strategy",
+                match src.assignor {
+                    Assignor::Cooperative => "cooperative-sticky",
+                    Assignor::Eager => "range",
+                },
+            );
+        }
+        // The broker assigns; librdkafka refuses the classic protocol's settings with it.
+        GroupProtocol::Consumer => {
+            c.set("group.protocol", "consumer");
+        }
+    }
     secure(&mut c, src.security.as_deref());
     for (k, v) in &src.properties {
         c.set(k, property_text(v));

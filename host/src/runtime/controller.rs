@@ -70,10 +70,39 @@ impl Controller {
                 let c = self.core.txn_committed.entry(key).or_insert(next);
                 *c = (*c).max(next);
             }
+            DriverEvent::Rewind {
+                key,
+                generation,
+                from,
+            } => self.rewind(key, generation, from),
             DriverEvent::Exited(d) => {
                 *exited += 1;
                 self.core.drivers[d].alive = false;
             }
+        }
+    }
+
+    /// A lane whose transaction the group's move forced to abort: it is replaced by a new
+    /// lane (a new generation; its state restored from the changelog) that reads the
+    /// partition again from `from`. Nothing if the lane is gone already (revoked meanwhile).
+    fn rewind(&mut self, key: crate::source::PartitionKey, generation: u64, from: i64) {
+        if self.core.lane_generation(&key) != Some(generation) {
+            return;
+        }
+        use crate::source::Handler as _;
+        // The end the partition was to be read to (`stop_at_end`), if it was known already.
+        let end = self.core.lane(&key).and_then(|l| l.end);
+        let _ = self.core.revoked(std::slice::from_ref(&key));
+        match self.source.rewind(&key, from, end) {
+            Ok(()) => {
+                self.core
+                    .metrics
+                    .rebalances
+                    .with_label_values(&["rewind"])
+                    .inc();
+                self.core.assigned(std::slice::from_ref(&key));
+            }
+            Err(e) => self.core.fail(e.into()),
         }
     }
 

@@ -106,6 +106,17 @@ pub enum DriverEvent {
         /// The next offset to read.
         next: i64,
     },
+    /// A partition's transaction could only be aborted because the group moved on
+    /// (exactly-once, mid-rebalance): the lane processes nothing more, and the partition is
+    /// to be read again from `from`, its last committed offset, in a new lane.
+    Rewind {
+        /// The partition.
+        key: PartitionKey,
+        /// The lane's generation.
+        generation: u64,
+        /// The offset the aborted transaction began at.
+        from: i64,
+    },
     /// The driver thread ended.
     Exited(usize),
 }
@@ -153,6 +164,8 @@ pub struct DriverSetup {
 /// A lane's open transaction.
 struct OpenTxn {
     since: Instant,
+    /// The offset of the first message put in it (where a rewind starts).
+    first: Option<i64>,
     /// Input bytes in it.
     bytes: usize,
     /// The offset after the last one put in it.
@@ -178,6 +191,9 @@ struct DriverLane {
     restored: bool,
     /// Holding for an unreachable schema registry: until when, and the wait after that.
     held: Option<(Instant, Duration)>,
+    /// Its transaction was aborted because the group moved on: it drops what comes until
+    /// the controller replaces it (the partition is read again from the last commit).
+    rewinding: bool,
 }
 
 /// Starts the driver thread; it returns its stage numbers when it ends.
@@ -270,6 +286,10 @@ impl Driver {
             let now = Instant::now();
             let mut ran = false;
             for i in 0..self.lanes.len() {
+                if self.lanes[i].rewinding {
+                    self.drop_queued(i);
+                    continue;
+                }
                 self.fill(i);
                 let l = &self.lanes[i];
                 let full = l.pending.len() >= self.s.batch.max_messages
@@ -435,12 +455,17 @@ impl Driver {
                     .is_some_and(|x| x.since.elapsed() >= interval || x.bytes >= max_bytes)
             })
             .collect();
-        self.commit_lanes(&due)
+        self.commit_lanes(&due, false)
     }
 
     /// Commits the open transactions of these lanes. On a failure that transaction is
-    /// aborted and the error reported; false then.
-    fn commit_lanes(&mut self, lanes: &[usize]) -> bool {
+    /// aborted and the error reported; false then. When the lanes are `revoking`, a failure
+    /// is no error: the partition goes to its next owner, which starts at its last committed
+    /// offset, and this transaction's records, aborted, are never visible (its
+    /// transactional id is the partition's, so the next owner's producer finishes whatever
+    /// this one left open). A commit refused because the group moved on mid-rebalance
+    /// (`ILLEGAL_GENERATION` from Apache Kafka under cooperative-sticky) ends so.
+    fn commit_lanes(&mut self, lanes: &[usize], revoking: bool) -> bool {
         let Some(t) = self.s.transactions.clone() else {
             return true;
         };
@@ -449,7 +474,7 @@ impl Driver {
             let l = &mut self.lanes[i];
             let Some(txn) = l.txn.take() else { continue };
             match txn.next {
-                Some(next) => jobs.push((i, next, txn.since)),
+                Some(next) => jobs.push((i, next, txn.since, txn.first)),
                 // Begun, nothing put in: nothing to commit.
                 None => {
                     abort(&t, &l.key, &self.s.metrics);
@@ -462,10 +487,10 @@ impl Driver {
         // side by side, and each commit then waits only for what is still unacknowledged.
         let prepared: Vec<Result<(), TxnError>> = jobs
             .iter()
-            .map(|&(i, next, _)| self.changes_into_transaction(i, next))
+            .map(|&(i, next, _, _)| self.changes_into_transaction(i, next))
             .collect();
         let mut ok = true;
-        for ((i, next, since), prepared) in jobs.into_iter().zip(prepared) {
+        for ((i, next, since, first), prepared) in jobs.into_iter().zip(prepared) {
             let t0 = Instant::now();
             let result = prepared.and_then(|()| t.api.commit(&self.lanes[i].key, next));
             let took = t0.elapsed();
@@ -485,16 +510,39 @@ impl Driver {
                     }
                     let _ = self.s.events.send(DriverEvent::Committed { key, next });
                 }
+                Err(TxnError::GroupMoved { key, why }) if !revoking && first.is_some() => {
+                    // Mid-rebalance the broker refused the offsets (the group's generation
+                    // moved on): nothing of the transaction is visible, and the partition is
+                    // still this member's, so it is read again from the transaction's start.
+                    let from = first.unwrap_or_default();
+                    tracing::warn!(%key, from, "the group moved on and the transaction's offsets were refused ({why}); it is aborted and the partition read again from its last commit");
+                    abort(&t, &key, m);
+                    let l = &mut self.lanes[i];
+                    l.rewinding = true;
+                    let generation = l.generation;
+                    self.drop_queued(i);
+                    let _ = self.s.events.send(DriverEvent::Rewind {
+                        key,
+                        generation,
+                        from,
+                    });
+                }
                 Err(e) => {
-                    tracing::error!("{e}; aborting it, stopping");
+                    if revoking {
+                        tracing::warn!("{e}; the partition is let go with its transaction aborted: its next owner starts at its last commit");
+                    } else {
+                        tracing::error!("{e}; aborting it, stopping");
+                    }
                     if matches!(e, TxnError::Fenced { .. }) {
                         // The new owner's producer took over the id: the broker aborted it.
                         m.transactions.with_label_values(&["aborted"]).inc();
                     } else {
                         abort(&t, &key, m);
                     }
-                    let _ = self.s.events.send(DriverEvent::Error(e.into()));
-                    ok = false;
+                    if !revoking {
+                        let _ = self.s.events.send(DriverEvent::Error(e.into()));
+                        ok = false;
+                    }
                 }
             }
         }
@@ -530,7 +578,7 @@ impl Driver {
         };
         if clean {
             let all: Vec<usize> = (0..self.lanes.len()).collect();
-            self.commit_lanes(&all);
+            self.commit_lanes(&all, false);
         }
         for l in self.lanes.iter_mut() {
             if l.txn.take().is_some() {
@@ -564,6 +612,7 @@ impl Driver {
                 opened: self.s.transactions.is_none(),
                 restored: false,
                 held: None,
+                rewinding: false,
             }),
             DriverControl::Revoke { lanes, ack } => {
                 // Exactly-once: the lane's transaction commits (everything in it acknowledged)
@@ -574,7 +623,7 @@ impl Driver {
                         lanes.iter().any(|(k, g)| *k == l.key && *g == l.generation)
                     })
                     .collect();
-                if !self.commit_lanes(&revoked) {
+                if !self.commit_lanes(&revoked, true) {
                     self.broken = true;
                 }
                 let mut done = Vec::new();
@@ -599,6 +648,16 @@ impl Driver {
                 stopping.get_or_insert(drain);
             }
         }
+    }
+
+    /// Drops everything lane `i` has queued or pending (a rewinding lane: it is all read again).
+    fn drop_queued(&mut self, i: usize) {
+        let l = &mut self.lanes[i];
+        l.pending.clear();
+        l.pre_rejected.clear();
+        l.bytes = 0;
+        l.since = None;
+        while l.rx.try_recv().is_ok() {}
     }
 
     /// Moves what the lane has queued into its pending batch, up to the batch limits.
@@ -720,6 +779,7 @@ impl Driver {
                 }
                 l.txn = Some(OpenTxn {
                     since: Instant::now(),
+                    first: offsets.first().copied(),
                     bytes: 0,
                     next: None,
                 });

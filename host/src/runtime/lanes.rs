@@ -222,6 +222,12 @@ impl Core {
         self.lanes.get_mut(&*key.topic)?.get_mut(&key.partition)
     }
 
+    /// The generation of the partition's lane, while it has one that takes messages.
+    pub(super) fn lane_generation(&self, key: &PartitionKey) -> Option<u64> {
+        let lane = self.lanes.get(&*key.topic)?.get(&key.partition)?;
+        lane.tx.is_some().then_some(lane.generation)
+    }
+
     pub(super) fn keys(&self) -> Vec<PartitionKey> {
         self.lanes
             .iter()
@@ -246,6 +252,10 @@ impl Core {
             .get_mut(&*c.key.topic)
             .and_then(|ps| ps.get_mut(&c.key.partition))
             .filter(|l| l.generation == c.generation);
+        // Exactly-once: a lane being let go has had its transaction committed or aborted;
+        // a record of it that is refused now (a fenced producer's, in flight when it was
+        // fenced) belongs to an aborted transaction, never visible, and stops nothing.
+        let released = self.opts.transactional && lane.as_ref().is_some_and(|l| l.tx.is_none());
         let Some(w) = lane.and_then(|l| l.watermark.as_mut()) else {
             self.metrics.stale_completions.inc();
             self.stale += 1;
@@ -256,6 +266,15 @@ impl Core {
             let r = match &c.outcome {
                 Settled::Done => w.complete(c.generation, offset),
                 Settled::Failed => w.fail(c.generation, offset),
+                Settled::Undelivered(why) if released => {
+                    tracing::debug!(
+                        topic = &*c.key.topic,
+                        partition = c.key.partition,
+                        offset,
+                        "{why} (its transaction was let go with the partition)"
+                    );
+                    w.fail(c.generation, offset)
+                }
                 Settled::Undelivered(why) => {
                     tracing::error!(
                         topic = &*c.key.topic,

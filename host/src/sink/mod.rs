@@ -179,6 +179,15 @@ pub enum TxnError {
         /// What the broker said.
         why: String,
     },
+    /// The group moved on (a rebalance since this member's group metadata): the broker
+    /// refused the transaction's offsets, and the transaction can only be aborted.
+    #[error("{key}: the group moved on, the transaction's offsets were refused ({why}); nothing of the open transaction is visible")]
+    GroupMoved {
+        /// The partition.
+        key: PartitionKey,
+        /// What the broker said.
+        why: String,
+    },
     /// The broker or the client refused.
     #[error("{key}: transaction {what}: {why}")]
     Failed {

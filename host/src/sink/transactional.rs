@@ -238,34 +238,33 @@ impl KafkaTransactions {
     }
 }
 
-/// A transactional call's error, as the runtime sees it: fencing, or another failure.
+/// A transactional call's error, as the runtime sees it: fencing (another producer took the
+/// partition's transactional id, or this member is no longer in the group, so another may own
+/// the partition), the group moved on (offsets sent with an older generation by a member that
+/// is still in the group: under cooperative assignment and KIP-848 its partitions cannot
+/// have moved without its revoke, so they are still its own, and the transaction is only
+/// abortable), or another failure.
 fn txn_error(key: &PartitionKey, what: &'static str, e: KafkaError) -> TxnError {
-    let fenced = match &e {
-        KafkaError::Transaction(t) => {
-            matches!(
-                t.code(),
-                RDKafkaErrorCode::ProducerFenced
-                    | RDKafkaErrorCode::InvalidProducerEpoch
-                    | RDKafkaErrorCode::Fenced
-                    | RDKafkaErrorCode::FencedInstanceId
-                    | RDKafkaErrorCode::IllegalGeneration
-                    | RDKafkaErrorCode::UnknownMemberId
-                    | RDKafkaErrorCode::RebalanceInProgress
-            )
-        }
-        _ => false,
+    let code = match &e {
+        KafkaError::Transaction(t) => Some(t.code()),
+        _ => None,
     };
-    if fenced {
-        TxnError::Fenced {
-            key: key.clone(),
-            why: e.to_string(),
-        }
-    } else {
-        TxnError::Failed {
-            key: key.clone(),
-            what,
-            why: e.to_string(),
-        }
+    let (key, why) = (key.clone(), e.to_string());
+    match code {
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::FencedInstanceId
+            | RDKafkaErrorCode::UnknownMemberId
+            | RDKafkaErrorCode::FencedMemberEpoch,
+        ) => TxnError::Fenced { key, why },
+        Some(
+            RDKafkaErrorCode::IllegalGeneration
+            | RDKafkaErrorCode::RebalanceInProgress
+            | RDKafkaErrorCode::StaleMemberEpoch,
+        ) => TxnError::GroupMoved { key, why },
+        _ => TxnError::Failed { key, what, why },
     }
 }
 

@@ -31,6 +31,8 @@ use crate::kafka::group::GroupSlot;
 use crate::message::Envelope;
 use crate::metrics::Metrics;
 
+/// How often the group metadata that transactions send is taken again from the consumer.
+const GROUP_REFRESH: Duration = Duration::from_millis(100);
 /// Most messages handed over per poll.
 const BURST: usize = 1024;
 /// Longest a blocking broker request (sync commit, end offsets) may take.
@@ -145,8 +147,13 @@ pub struct KafkaSource {
     start: StartFrom,
     /// With `stop_at_end`: the end each partition had at assignment, until it is reported.
     ends: RefCell<HashMap<PartitionKey, i64>>,
-    /// The group metadata as of the last rebalance (for exactly-once delivery).
+    /// The group metadata (for exactly-once delivery): taken at every rebalance and every
+    /// [`GROUP_REFRESH`], since a rebalance that moves nothing of this member's still moves
+    /// the group's generation on, and offsets sent with an older one are refused
+    /// (`ILLEGAL_GENERATION`).
     group: Arc<GroupSlot>,
+    /// When `group` was last taken.
+    group_taken: std::time::Instant,
     /// The run's first client error that retrying cannot heal (shared with the sinks).
     fatal: Arc<FatalSlot>,
     /// With `^patterns` among the topics: what they match, checked again every refresh.
@@ -274,6 +281,7 @@ impl KafkaSource {
             start: cfg.start,
             ends: RefCell::new(HashMap::new()),
             group: Arc::new(GroupSlot::default()),
+            group_taken: std::time::Instant::now(),
             fatal,
             patterns,
         })
@@ -517,12 +525,34 @@ fn offsets(tpl: Option<&TopicPartitionList>) -> HashMap<PartitionKey, i64> {
 }
 
 impl Source for KafkaSource {
+    fn rewind(&mut self, key: &PartitionKey, at: i64, end: Option<i64>) -> Result<(), SourceError> {
+        if let Some(end) = end {
+            self.ends.borrow_mut().insert(key.clone(), end);
+        }
+        // librdkafka drops what it fetched before the seek (its fetch version moves on).
+        self.consumer
+            .seek(
+                &key.topic,
+                key.partition,
+                Offset::Offset(at),
+                REQUEST_TIMEOUT,
+            )
+            .map_err(|source| SourceError::Kafka {
+                what: format!("seek {key} to {at}"),
+                source,
+            })
+    }
+
     fn poll(&mut self, to: &mut dyn Handler, timeout: Duration) -> Result<(), SourceError> {
         if let Some(f) = self.fatal.get() {
             return Err(SourceError::Client(f));
         }
         self.rematch_patterns();
         self.queue.serve(0);
+        if self.group_taken.elapsed() >= GROUP_REFRESH {
+            self.group.set(self.consumer.group_metadata());
+            self.group_taken = std::time::Instant::now();
+        }
         let mut timeout = timeout;
         for _ in 0..BURST {
             let polled = self.consumer.poll(timeout);

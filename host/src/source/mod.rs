@@ -111,6 +111,14 @@ pub enum SourceError {
         /// Why.
         source: rdkafka::error::KafkaError,
     },
+    /// The source cannot read a partition again from an offset.
+    #[error("the source cannot read {key} again from offset {offset}")]
+    CannotRewind {
+        /// The partition.
+        key: PartitionKey,
+        /// Where it was to read from.
+        offset: i64,
+    },
     /// A client error retrying cannot heal (authentication, TLS, authorization, a missing
     /// topic, a corrupt batch, a codec missing from the build).
     #[error(transparent)]
@@ -139,6 +147,17 @@ pub trait Source: Send {
     fn high_watermark(&self, key: &PartitionKey) -> Option<i64>;
     /// Leaves: reports the last revocation through `to` and releases the source.
     fn close(&mut self, to: &mut dyn Handler);
+    /// Reads the partition again from `at` (its last committed offset: exactly-once
+    /// delivery after a transaction that could only be aborted). Messages fetched before are
+    /// not delivered. `end`, the end already reported for it (`stop_at_end`), is reported
+    /// again once the partition is read up to it. Only a Kafka source can.
+    fn rewind(&mut self, key: &PartitionKey, at: i64, end: Option<i64>) -> Result<(), SourceError> {
+        let _ = end;
+        Err(SourceError::CannotRewind {
+            key: key.clone(),
+            offset: at,
+        })
+    }
 }
 
 impl SourceConfig {
