@@ -208,11 +208,16 @@ fn one_way_tls_verifies_the_broker_and_its_host_name() {
         &pipeline(&b.bootstrap, "  protocol: plaintext\n", "", ""),
     );
     let (out, code, secs) = check_connect(&s, "plain.yaml", &[]);
-    assert_ne!(
-        code, 0,
+    assert_eq!(
+        code, 2,
         "a plaintext client at a TLS listener must not pass: {out}"
     );
     assert!(out.contains("FAIL  source"), "{out}");
+    // It names the likely cause (the broker closes the connection at the first request).
+    assert!(
+        out.contains("a listener expecting TLS or SASL") && out.contains("set `security`"),
+        "{out}"
+    );
     assert!(secs < 20.0, "took {secs:.1}s with a 10s connect_timeout");
 }
 

@@ -41,6 +41,9 @@ pub struct Capture {
     /// librdkafka's error-level log lines that say why a connection failed (they come at
     /// once; the error events can lag them by seconds).
     fails: Mutex<Vec<String>>,
+    /// A broker closed the connection while the client asked for its API versions (the first
+    /// request): what a listener expecting TLS or SASL does to a plaintext client.
+    closed_at_hello: std::sync::atomic::AtomicBool,
 }
 
 impl Capture {
@@ -99,6 +102,10 @@ impl ClientContext for Capture {
             return;
         }
         tracing::debug!(target: "librdkafka", "preflight {fac}: {msg}");
+        if msg.contains("Disconnected") && msg.contains("in state APIVERSION_QUERY") {
+            self.closed_at_hello
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if (level as i32) <= (RDKafkaLogLevel::Error as i32) {
             // "[thrd:ssl://host:9093/bootstrap]: ssl://host:9093/bootstrap: …": the thread
             // name says nothing the rest does not.
@@ -246,12 +253,27 @@ fn connect<C: ClientContext>(
                 }
             }
         }
+        // Every connection closed at the first request: the listener speaks another protocol.
+        let (kind, why) = if capture
+            .closed_at_hello
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            (
+                FailureKind::Configuration,
+                format!(
+                    "; the broker closed every connection at the client's first request, which is what a listener expecting TLS or SASL does to a client that speaks {}: set `security` (its `protocol`) as the listener expects",
+                    security.map_or_else(|| "plaintext".to_owned(), |s| s.describe())
+                ),
+            )
+        } else {
+            (FailureKind::Runtime, String::new())
+        };
         if mode == Mode::Run && capture.all_down() {
             return Err(failure(
                 name,
-                FailureKind::Runtime,
+                kind,
                 format!(
-                    "no broker of `{brokers}` is reachable ({})",
+                    "no broker of `{brokers}` is reachable ({}){why}",
                     capture.last().unwrap_or_default()
                 ),
             ));
@@ -262,9 +284,9 @@ fn connect<C: ClientContext>(
                 .map_or_else(String::new, |l| format!(" (last error: {l})"));
             return Err(failure(
                 name,
-                FailureKind::Runtime,
+                kind,
                 format!(
-                    "no broker of `{brokers}` answered within {} (runtime.connect_timeout){last}",
+                    "no broker of `{brokers}` answered within {} (runtime.connect_timeout){last}{why}",
                     humantime::format_duration(timeout)
                 ),
             ));
