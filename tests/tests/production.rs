@@ -142,6 +142,21 @@ fn mutual_tls_with_an_encrypted_key_carries_a_pipeline_and_a_wrong_ca_or_missing
     assert!(out.contains("FAIL  source"), "{out}");
     assert!(secs < 20.0, "took {secs:.1}s with a 10s connect_timeout");
 
+    // A key password that does not decrypt the key: the key file is named, and why.
+    s.write("wrong-key-password", "not-the-password\n");
+    let badkey = "  ca: ca.pem\n  cert: client.pem\n  key: client.key\n  key_password_file: wrong-key-password\n";
+    s.write("badkey.yaml", &pipeline(&b.bootstrap, badkey, "", ""));
+    let (out, code, _) = check_connect(&s, "badkey.yaml", &[]);
+    assert_eq!(code, 2, "with a wrong key password: {out}");
+    assert!(
+        out.contains("client key `client.key` could not be read") && out.contains("password"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("not-the-password"),
+        "the password is shown: {out}"
+    );
+
     // A CA that did not sign the broker's certificate: verification fails, clearly.
     let wrong = "  ca: other-ca.pem\n  cert: client.pem\n  key: client.key\n  key_password_file: client-key-password\n";
     s.write("wrongca.yaml", &pipeline(&b.bootstrap, wrong, "", ""));

@@ -294,6 +294,28 @@ fn connect<C: ClientContext>(
     }
 }
 
+/// A client that could not be made from its settings. A client key librdkafka cannot read
+/// says only `ssl.key.location failed: … PEM lib`: named here, with its likely causes.
+fn settings_err<'a>(
+    name: &'a str,
+    security: Option<&'a crate::config::Security>,
+) -> impl Fn(KafkaError) -> ClientFailure + 'a {
+    move |e| {
+        let text = e.to_string();
+        match security.and_then(|s| s.key.as_ref()) {
+            Some(key) if text.contains("ssl.key.location") => failure(
+                name,
+                FailureKind::Configuration,
+                format!(
+                    "the client key `{}` could not be read: its password (`key_password` or `key_password_file`) is wrong, or the file is not a PEM private key ({text})",
+                    key.display()
+                ),
+            ),
+            _ => client_err(name, "the client settings")(e),
+        }
+    }
+}
+
 fn client_err<'a>(name: &'a str, what: &str) -> impl Fn(KafkaError) -> ClientFailure + 'a {
     let what = what.to_owned();
     move |e| {
@@ -320,7 +342,7 @@ fn source(
     config.set("log_level", "3");
     super::queued::disable(&mut config);
     let consumer = BaseConsumer::from_config_and_context(&config, Capture::default())
-        .map_err(client_err(name, "the client settings"))?;
+        .map_err(settings_err(name, k.security.as_deref()))?;
     let capture = consumer.context();
     // Polling serves the error events (they reach `capture` through the context).
     let pump = || while consumer.poll(Duration::ZERO).is_some() {};
@@ -455,7 +477,7 @@ fn sink(
     super::queued::disable(&mut config);
     let producer: BaseProducer<Capture> =
         BaseProducer::from_config_and_context(&config, Capture::default())
-            .map_err(client_err(name, "the client settings"))?;
+            .map_err(settings_err(name, k.security.as_deref()))?;
     let capture = producer.context();
     let pump = || {
         producer.poll(Duration::ZERO);
@@ -551,7 +573,7 @@ fn transactions(
     super::queued::disable(&mut config);
     let producer: BaseProducer<Capture> =
         BaseProducer::from_config_and_context(&config, Capture::default())
-            .map_err(client_err(name, "the client settings"))?;
+            .map_err(settings_err(name, k.security.as_deref()))?;
     producer.init_transactions(timeout).map_err(client_err(
         name,
         &format!("initialising transactional id `{id}`"),
