@@ -113,6 +113,20 @@ impl Broker {
         cluster.tool(main, &all)
     }
 
+    /// The node id of the broker that leads `topic`'s `partition` now.
+    pub fn leader(&self, topic: &str, partition: i32) -> i32 {
+        let c: BaseConsumer = self.client().create().expect("consumer");
+        let meta = c
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("metadata");
+        meta.topics()[0]
+            .partitions()
+            .iter()
+            .find(|p| p.id() == partition)
+            .map(|p| p.leader())
+            .unwrap_or_else(|| panic!("{topic}/{partition} has no metadata"))
+    }
+
     /// The group's type as Kafka's own `kafka-consumer-groups --list --type` shows it
     /// (`Classic`, `Consumer`).
     pub fn group_type(&self, group: &str) -> String {
@@ -237,6 +251,18 @@ impl Broker {
                 let m = match m {
                     Err(rdkafka::error::KafkaError::PartitionEOF(p)) => {
                         ends.remove(&p);
+                        continue;
+                    }
+                    // A broker of a cluster that was killed: the client reads from the others.
+                    Err(e)
+                        if matches!(
+                            e.rdkafka_error_code(),
+                            Some(
+                                RDKafkaErrorCode::BrokerTransportFailure
+                                    | RDKafkaErrorCode::AllBrokersDown
+                            )
+                        ) =>
+                    {
                         continue;
                     }
                     m => m.expect("consume"),

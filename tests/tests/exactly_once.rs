@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use weir_tests::kafka::{
     high_watermarks, kafka, kafka_pipeline, records, sigterm, spawn_weir, trickle, wait_ok, Broker,
-    Protocol,
+    Protocol, Running,
 };
 use weir_tests::plugins::MISBEHAVE;
 use weir_tests::{evidence, scratch, stage, Scratch};
@@ -97,21 +97,34 @@ fn wait_commit_progress(b: &Broker, group: &str, before: &[Option<i64>], s: &Scr
     evidence::wait_commit_progress(b, s, group, ("in", PARTS), &outputs, before, log);
 }
 
+/// `n` inputs trickling into `in` in `chunks` pieces, one every 100 ms, and a run of the
+/// pipeline as `group` (its log in `log`) once it has committed.
+fn committing(
+    b: &Broker,
+    group: &str,
+    n: usize,
+    chunks: usize,
+    log: &str,
+) -> (std::thread::JoinHandle<()>, Scratch, Running) {
+    let producer = trickle(
+        b,
+        "in",
+        records(n, PARTS, value),
+        chunks,
+        Duration::from_millis(100),
+    );
+    let s = scratch!();
+    pipeline(b, &s, group);
+    let c = spawn_weir(&s, "p.yaml", log);
+    wait_commit_progress(b, group, &[None, None, None], &s, log);
+    (producer, s, c)
+}
+
 #[test]
 fn on_kafka_a_sigterm_mid_stream_and_a_restart_deliver_every_input_exactly_once() {
     let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 2000;
-    let producer = trickle(
-        &b,
-        "in",
-        records(n, PARTS, value),
-        20,
-        Duration::from_millis(100),
-    );
-    let s = scratch!();
-    pipeline(&b, &s, "g-eos-term");
-    let c = spawn_weir(&s, "p.yaml", "run-0.log");
-    wait_commit_progress(&b, "g-eos-term", &[None, None, None], &s, "run-0.log");
+    let (producer, s, c) = committing(&b, "g-eos-term", n, 20, "run-0.log");
     sigterm(&c);
     wait_ok(c, "the first run", &s, "run-0.log");
     producer.join().expect("producer");
@@ -433,4 +446,51 @@ fn zombie_fenced(protocol: Protocol) {
         wait_ok(c, log, &s, log);
     }
     assert_exactly_once(&b, &s, "g-eos-zombie", n);
+}
+
+/// Point 4, case 1 of issue 49: on three brokers (replication factor 3, `min.insync.replicas`
+/// 2), the broker that leads the source's first partition (and the sink's, the topics being
+/// created alike) is killed with `kill -9` mid-stream. The run goes on without a restart or an
+/// error exit, every input is visible exactly once (read_committed), and Kafka's own
+/// `kafka-transactions` tool finds no transaction left open.
+#[test]
+fn on_three_brokers_killing_the_partition_leader_mid_stream_loses_and_doubles_nothing() {
+    let mut b = Broker::apache_cluster(3, &[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let n = 3000;
+    let (producer, s, c) = committing(&b, "g-eos-leader", n, 60, "run.log");
+    let leader = b.leader("in", 0);
+    let node = usize::try_from(leader - 1).expect("node ids are 1..=3");
+    let before = b.committed("g-eos-leader", "in", PARTS);
+    let killed = Instant::now();
+    b.cluster().kill(node);
+    wait_commit_progress(&b, "g-eos-leader", &before, &s, "run.log");
+    eprintln!(
+        "leader {leader} killed: the next commit after {} ms",
+        killed.elapsed().as_millis()
+    );
+    producer.join().expect("producer");
+    wait_all_visible(
+        &b,
+        &s,
+        "g-eos-leader",
+        n,
+        "the run after the leader was killed",
+    );
+    sigterm(&c);
+    wait_ok(c, "the run after the leader was killed", &s, "run.log");
+    assert_exactly_once(&b, &s, "g-eos-leader", n);
+    let (ok, listed) = b.kafka_tool("org.apache.kafka.tools.TransactionsCommand", &["list"]);
+    assert!(ok, "kafka-transactions list: {listed}");
+    assert!(
+        listed.contains("weir.g-eos-leader.in.0"),
+        "the partitions' transactional ids are listed: {listed}"
+    );
+    let open: Vec<&str> = listed
+        .lines()
+        .filter(|l| l.contains("Ongoing") || l.contains("Prepare"))
+        .collect();
+    assert!(
+        open.is_empty(),
+        "transactions left open: {open:?}\n{listed}"
+    );
 }
