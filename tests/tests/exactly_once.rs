@@ -106,6 +106,18 @@ fn committing(
     chunks: usize,
     log: &str,
 ) -> (std::thread::JoinHandle<()>, Scratch, Running) {
+    committing_with(b, group, n, chunks, log, &|yaml| yaml.to_owned())
+}
+
+/// [`committing`] with the pipeline's YAML changed by `edit`.
+fn committing_with(
+    b: &Broker,
+    group: &str,
+    n: usize,
+    chunks: usize,
+    log: &str,
+    edit: &dyn Fn(&str) -> String,
+) -> (std::thread::JoinHandle<()>, Scratch, Running) {
     let producer = trickle(
         b,
         "in",
@@ -115,6 +127,8 @@ fn committing(
     );
     let s = scratch!();
     pipeline(b, &s, group);
+    let yaml = std::fs::read_to_string(s.path("p.yaml")).expect("yaml");
+    s.write("p.yaml", &edit(&yaml));
     let c = spawn_weir(&s, "p.yaml", log);
     wait_commit_progress(b, group, &[None, None, None], &s, log);
     (producer, s, c)
@@ -457,7 +471,13 @@ fn zombie_fenced(protocol: Protocol) {
 fn on_three_brokers_killing_the_partition_leader_mid_stream_loses_and_doubles_nothing() {
     let mut b = Broker::apache_cluster(3, &[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
     let n = 3000;
-    let (producer, s, c) = committing(&b, "g-eos-leader", n, 60, "run.log");
+    // The session outlasts a group coordinator's move (Kafka's default is 45 s): with the
+    // 6 s of the other tests, killing the coordinator's broker ends the member's session, and
+    // an exactly-once commit then refused with UNKNOWN_MEMBER_ID stops the run (exit 1;
+    // issue 49, still open).
+    let (producer, s, c) = committing_with(&b, "g-eos-leader", n, 60, "run.log", &|yaml| {
+        yaml.replace("session.timeout.ms: 6000", "session.timeout.ms: 30000")
+    });
     let leader = b.leader("in", 0);
     let node = usize::try_from(leader - 1).expect("node ids are 1..=3");
     let before = b.committed("g-eos-leader", "in", PARTS);
