@@ -1632,9 +1632,10 @@ fn exactly_once_a_revoke_whose_commit_is_refused_lets_the_partition_go_and_the_r
         vec![
             Step::Assign(vec![p(0), p(1)]),
             Step::RefuseAtRevoke(vec![p(0)]),
-            Step::Append(p(0), with_rejects(300, &[5, 250])),
+            Step::Append(p(0), with_rejects(3000, &[5, 250, 2500])),
             Step::Append(p(1), oks(300)),
-            Step::Polls(2),
+            // Mid-stream, with a transaction of p0 open.
+            Step::Until(|w| w.txn.open.contains_key(&p(0))),
             Step::Revoke(vec![p(0)]),
             Step::Check(|w| w.txn.refused >= 1, "the revoke's commit was refused"),
             Step::Check(
@@ -1649,9 +1650,9 @@ fn exactly_once_a_revoke_whose_commit_is_refused_lets_the_partition_go_and_the_r
     assert!(out.controller.reached_end, "{:?}", out.controller);
     let w = shared.world();
     assert!(w.txn.aborts >= 1, "the refused transaction was aborted");
-    assert_visible_once(&w, &p(0), 300);
+    assert_visible_once(&w, &p(0), 3000);
     assert_visible_once(&w, &p(1), 300);
-    assert_eq!(w.txn.committed.get(&p(0)), Some(&300));
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&3000));
 }
 
 /// A transaction whose offsets the broker refuses mid-stream because the group moved on
