@@ -549,7 +549,8 @@ impl Source for KafkaSource {
         }
         self.rematch_patterns();
         self.queue.serve(0);
-        if self.group_taken.elapsed() >= GROUP_REFRESH {
+        // Only while transactions hold the slot (exactly-once): nothing else reads it.
+        if Arc::strong_count(&self.group) > 1 && self.group_taken.elapsed() >= GROUP_REFRESH {
             self.group.set(self.consumer.group_metadata());
             self.group_taken = std::time::Instant::now();
         }

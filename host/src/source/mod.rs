@@ -151,8 +151,12 @@ pub trait Source: Send {
     /// delivery after a transaction that could only be aborted). Messages fetched before are
     /// not delivered. `end`, the end already reported for it (`stop_at_end`), is reported
     /// again once the partition is read up to it. Only a Kafka source can.
-    fn rewind(&mut self, key: &PartitionKey, at: i64, end: Option<i64>) -> Result<(), SourceError> {
-        let _ = end;
+    fn rewind(
+        &mut self,
+        key: &PartitionKey,
+        at: i64,
+        _end: Option<i64>,
+    ) -> Result<(), SourceError> {
         Err(SourceError::CannotRewind {
             key: key.clone(),
             offset: at,
