@@ -305,8 +305,9 @@ impl Broker {
             tpl.add_partition(topic, p);
         }
         // A coordinator not ready yet (a cluster just started, a coordinator that moved)
-        // answers so for a moment: ask again.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // answers so for a moment, and a metadata fetch right after a broker was killed
+        // can time out while the client still waits on the dead one: ask again.
+        let deadline = Instant::now() + Duration::from_secs(60);
         let got = loop {
             match c.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
                 Err(e)
@@ -316,6 +317,10 @@ impl Broker {
                             RDKafkaErrorCode::NotCoordinator
                                 | RDKafkaErrorCode::CoordinatorNotAvailable
                                 | RDKafkaErrorCode::CoordinatorLoadInProgress
+                                | RDKafkaErrorCode::OperationTimedOut
+                                | RDKafkaErrorCode::RequestTimedOut
+                                | RDKafkaErrorCode::BrokerTransportFailure
+                                | RDKafkaErrorCode::AllBrokersDown
                         )
                     ) && Instant::now() < deadline =>
                 {
