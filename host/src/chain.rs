@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::RolloutMode;
 use crate::engine::{InstanceError, StageInstance, Verdict, WeirEngine};
+pub use crate::message::Rejected;
 use crate::message::{Envelope, Lane};
 use crate::rollout::answer::{self, Candidate};
 use crate::rollout::{Rollout, StageSlot};
@@ -47,19 +48,6 @@ impl std::ops::AddAssign<&StageCounts> for StageCounts {
         self.unanswered += o.unanswered;
         self.swaps += o.swaps;
     }
-}
-
-/// A message that left the chain for the reject path.
-#[derive(Debug, Clone)]
-pub struct Rejected {
-    /// The message as the rejecting stage received it.
-    pub env: Envelope,
-    /// The stage that rejected it.
-    pub stage: Arc<str>,
-    /// That stage's plugin version (hash).
-    pub plugin: String,
-    /// Why.
-    pub reason: String,
 }
 
 /// The message a stage failed on: the pipeline stops before it.
@@ -407,9 +395,9 @@ impl Chain {
     /// (Runs on a partition that is not open write to a state nothing commits.)
     pub fn restore_state(
         &self,
-        key: &crate::source::PartitionKey,
+        key: &crate::message::PartitionKey,
         generation: u64,
-        changelog: Option<&dyn crate::sink::Changelog>,
+        changelog: Option<&dyn crate::state::changelog::Changelog>,
     ) -> Result<crate::state::Restored, InstanceError> {
         restore_state(&self.state(), key, generation, changelog)
     }
@@ -422,7 +410,7 @@ impl Chain {
         let mut parts = Vec::new();
         for s in &self.stages {
             if let Some(b) = &s.slot.spec.state {
-                let key = crate::source::PartitionKey::new(&lane.topic, lane.partition);
+                let key = crate::message::PartitionKey::new(&lane.topic, lane.partition);
                 parts.push(
                     b.current(&key, lane.generation)
                         .map_err(state_error(&s.slot.spec.name))?,
@@ -611,9 +599,9 @@ impl Chain {
 /// other threads may use: partitions restore side by side).
 pub fn restore_state(
     state: &crate::state::StateRegistry,
-    key: &crate::source::PartitionKey,
+    key: &crate::message::PartitionKey,
     generation: u64,
-    changelog: Option<&dyn crate::sink::Changelog>,
+    changelog: Option<&dyn crate::state::changelog::Changelog>,
 ) -> Result<crate::state::Restored, InstanceError> {
     state
         .restore(key, generation, changelog)

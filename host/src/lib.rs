@@ -21,6 +21,7 @@
 //! * [`cli`] — the `weir` subcommands.
 #![deny(unsafe_code)]
 
+pub mod ack;
 pub mod admin;
 pub mod chain;
 pub mod cli;

@@ -69,3 +69,41 @@ pub struct Envelope {
     /// The message.
     pub msg: Message,
 }
+
+/// One partition of a source (a local source has one: its name, partition 0).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionKey {
+    /// Topic.
+    pub topic: Arc<str>,
+    /// Partition.
+    pub partition: i32,
+}
+
+impl PartitionKey {
+    /// A key.
+    pub fn new(topic: &str, partition: i32) -> Self {
+        PartitionKey {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for PartitionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// A message that left the chain for the reject path.
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    /// The message as the rejecting stage received it.
+    pub env: Envelope,
+    /// The stage that rejected it.
+    pub stage: Arc<str>,
+    /// That stage's plugin version (hash).
+    pub plugin: String,
+    /// Why.
+    pub reason: String,
+}

@@ -386,6 +386,22 @@ impl Cluster {
         self.wait_started(i, from);
     }
 
+    /// Starts every stopped node again, side by side (a KRaft quorum needs a majority of its
+    /// controllers before any node is up), and waits until each is up.
+    pub fn restart_all(&mut self) {
+        let stopped: Vec<usize> = (0..self.nodes.len()).filter(|&i| !self.is_up(i)).collect();
+        let from: Vec<usize> = stopped
+            .iter()
+            .map(|&i| std::fs::metadata(self.log(i)).map_or(0, |m| m.len() as usize))
+            .collect();
+        for &i in &stopped {
+            self.spawn(i);
+        }
+        for (&i, from) in stopped.iter().zip(from) {
+            self.wait_started(i, from);
+        }
+    }
+
     /// Whether node `i` is running.
     pub fn is_up(&self, i: usize) -> bool {
         self.nodes[i].child.is_some()

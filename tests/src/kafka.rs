@@ -143,6 +143,88 @@ impl Broker {
             .unwrap_or_else(|| panic!("group {group} is not listed: {out}"))
     }
 
+    /// The transactions that Kafka's own `kafka-transactions list` shows open (`Ongoing`,
+    /// `PrepareCommit`, `PrepareAbort`) whose transactional id starts with `prefix`, as
+    /// whole lines of its table.
+    pub fn open_transactions(&self, prefix: &str) -> Vec<String> {
+        let (ok, out) = self.kafka_tool("org.apache.kafka.tools.TransactionsCommand", &["list"]);
+        assert!(ok, "kafka-transactions list: {out}");
+        out.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter(|l| l.contains("Ongoing") || l.contains("Prepare"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The node id of the broker coordinating `transactional_id`'s transactions, as Kafka's
+    /// own `kafka-transactions describe` shows it.
+    pub fn transaction_coordinator(&self, transactional_id: &str) -> i32 {
+        let (ok, out) = self.kafka_tool(
+            "org.apache.kafka.tools.TransactionsCommand",
+            &["describe", "--transactional-id", transactional_id],
+        );
+        assert!(ok, "kafka-transactions describe: {out}");
+        // A header (`CoordinatorId  TransactionalId  ProducerId …`) and one row.
+        let mut lines = out.lines().filter(|l| !l.trim().is_empty());
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        let row: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        header
+            .iter()
+            .position(|h| *h == "CoordinatorId")
+            .and_then(|i| row.get(i))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no coordinator in kafka-transactions describe: {out}"))
+    }
+
+    /// The node id of the broker coordinating `group`, as Kafka's own
+    /// `kafka-consumer-groups --describe --state` shows it (`host:port (id)`).
+    pub fn group_coordinator(&self, group: &str) -> i32 {
+        let (ok, out) = self.kafka_tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            &["--describe", "--group", group, "--state"],
+        );
+        assert!(ok, "kafka-consumer-groups --describe --state: {out}");
+        out.lines()
+            .filter(|l| l.starts_with(group))
+            .find_map(|l| {
+                let open = l.find('(')?;
+                let close = open + l[open..].find(')')?;
+                l[open + 1..close].trim().parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no coordinator for {group}: {out}"))
+    }
+
+    /// The group's committed offset and the log end offset per partition of `topic`, as
+    /// Kafka's own `kafka-consumer-groups --describe` shows them: `(partition, current, end)`
+    /// (`current` is `None` for `-`).
+    pub fn group_offsets(&self, group: &str, topic: &str) -> Vec<(i32, Option<i64>, i64)> {
+        let (ok, out) = self.kafka_tool(
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            &["--describe", "--group", group, "--offsets"],
+        );
+        assert!(ok, "kafka-consumer-groups --describe: {out}");
+        let mut rows: Vec<(i32, Option<i64>, i64)> = out
+            .lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                if w.len() < 5 || w[0] != group || w[1] != topic {
+                    return None;
+                }
+                Some((w[2].parse().ok()?, w[3].parse().ok(), w[4].parse().ok()?))
+            })
+            .collect();
+        rows.sort_unstable();
+        rows
+    }
+
     /// The Apache Kafka cluster (to kill, stop and restart nodes, or run Kafka's tools).
     pub fn cluster(&mut self) -> &mut crate::apache::Cluster {
         self.cluster.as_mut().expect("an Apache Kafka broker")
@@ -474,7 +556,8 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) 
             }
         }
     }
-    p.flush(Duration::from_secs(30)).expect("flush");
+    // Long enough to ride out a cluster stopped for a while (the fault tests).
+    p.flush(Duration::from_secs(120)).expect("flush");
 }
 
 /// The sum of the offsets a run report says were committed (`kafka.committed`), i.e. how many

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use crate::config::{PipelineConfig, SourceConfig};
-use crate::source::PartitionKey;
+use crate::message::PartitionKey;
 use crate::state::{StageStore, StateSpec};
 
 /// `weir state` arguments.

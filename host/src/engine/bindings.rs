@@ -7,10 +7,24 @@ wasmtime::component::bindgen!({
     ownership: Borrowing { duplicate_if_necessary: true },
     // A stage's state (`wasi:keyvalue`): the host's handles behind the guest's resources.
     with: {
-        "wasi:keyvalue/store.bucket": super::kv::BucketHandle,
-        "wasi:keyvalue/atomics.cas": super::kv::CasHandle,
+        "wasi:keyvalue/store.bucket": crate::engine::bindings::BucketHandle,
+        "wasi:keyvalue/atomics.cas": crate::engine::bindings::CasHandle,
     },
 });
+
+/// The host's side of a guest `bucket`: which of the stage's buckets.
+#[derive(Debug)]
+pub struct BucketHandle {
+    pub(super) bucket: u16,
+}
+
+/// The host's side of a guest `cas`: a key and the value it had when the handle was made.
+#[derive(Debug)]
+pub struct CasHandle {
+    pub(super) bucket: u16,
+    pub(super) key: std::sync::Arc<str>,
+    pub(super) seen: Option<Vec<u8>>,
+}
 
 pub use self::wasi::keyvalue::store::{Error as KvError, KeyResponse};
 

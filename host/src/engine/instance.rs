@@ -228,7 +228,7 @@ impl StageInstance {
     /// revoke and writes to a detached state that nothing commits).
     pub fn partition_state(&self, lane: &Lane) -> Option<Arc<crate::state::PartitionState>> {
         self.spec.state.as_ref()?.assigned(
-            &crate::source::PartitionKey::new(&lane.topic, lane.partition),
+            &crate::message::PartitionKey::new(&lane.topic, lane.partition),
             lane.generation,
         )
     }
@@ -266,7 +266,7 @@ impl StageInstance {
         self.part = match &self.spec.state {
             None => None,
             Some(s) => match s.current(
-                &crate::source::PartitionKey::new(&lane.topic, lane.partition),
+                &crate::message::PartitionKey::new(&lane.topic, lane.partition),
                 lane.generation,
             ) {
                 Ok(p) => Some(p),

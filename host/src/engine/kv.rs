@@ -15,28 +15,14 @@ use weir_abi::ABSENT;
 
 use super::bindings::wasi::keyvalue::{atomics, batch, store};
 use super::bindings::weir::stage::state_limits;
-use super::bindings::{KeyResponse, KvError};
+use super::bindings::{BucketHandle, CasHandle, KeyResponse, KvError};
 use super::StageState;
-use crate::source::PartitionKey;
+use crate::message::PartitionKey;
 use crate::state::log::{Slot, SlotMap, SlotRef};
 use crate::state::{encode_shared, now_ms, Encoded, PartitionState, StateSpec};
 
 /// The next cache epoch handed to a guest (`cache-epoch`): never one handed before, never 0.
 static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
-
-/// The host's side of a guest `bucket`: which of the stage's buckets.
-#[derive(Debug)]
-pub struct BucketHandle {
-    bucket: u16,
-}
-
-/// The host's side of a guest `cas`: a key and the value it had when the handle was made.
-#[derive(Debug)]
-pub struct CasHandle {
-    bucket: u16,
-    key: Arc<str>,
-    seen: Option<Vec<u8>>,
-}
 
 /// An instance's access to its stage's state.
 #[derive(Default)]

@@ -1,6 +1,10 @@
 //! Between librdkafka's records and Weir's messages.
 
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header as KHeader, Headers, Message as _, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 
 use crate::message::{Header, Message};
 
@@ -35,4 +39,33 @@ pub fn headers_of(msg: &Message) -> Option<OwnedHeaders> {
         });
     }
     Some(h)
+}
+
+/// Sends one keyed record (a state changelog's: a tombstone when `value` is none) to
+/// `partition` of `topic`, waiting while the producer's queue is full.
+pub fn send_keyed<C: ProducerContext>(
+    producer: &ThreadedProducer<C>,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    value: Option<&[u8]>,
+    opaque: C::DeliveryOpaque,
+) -> Result<(), String> {
+    let mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque> =
+        BaseRecord::with_opaque_to(topic, opaque)
+            .partition(partition)
+            .key(key);
+    if let Some(v) = value {
+        record = record.payload(v);
+    }
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, _)) => return Err(format!("cannot produce to `{topic}`: {e}")),
+        }
+    }
 }

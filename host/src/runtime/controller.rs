@@ -52,6 +52,9 @@ pub(super) struct Controller {
     pub(super) events: Receiver<DriverEvent>,
     pub(super) sinks: Vec<Arc<dyn Sink>>,
     pub(super) stop: Arc<AtomicBool>,
+    /// Exactly-once lanes fenced between revokes: their generation, their last commit, and
+    /// until when they wait for a revoke.
+    pub(super) fenced: std::collections::HashMap<crate::message::PartitionKey, (u64, i64, Instant)>,
 }
 
 impl Controller {
@@ -75,6 +78,16 @@ impl Controller {
                 generation,
                 from,
             } => self.rewind(key, generation, from),
+            DriverEvent::Fenced {
+                key,
+                generation,
+                from,
+            } => {
+                if self.core.lane_generation(&key) == Some(generation) {
+                    let until = Instant::now() + self.core.opts.fenced_hold;
+                    self.fenced.insert(key, (generation, from, until));
+                }
+            }
             DriverEvent::Exited(d) => {
                 *exited += 1;
                 self.core.drivers[d].alive = false;
@@ -82,10 +95,33 @@ impl Controller {
         }
     }
 
+    /// Fenced lanes still this member's after `fenced_hold` (a session and a margin: a
+    /// member out of the group has learnt so, and revoked them, by then) are read again
+    /// from their last commit; the others were revoked meanwhile, and are forgotten.
+    fn release_fenced(&mut self) {
+        if self.fenced.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<_> = self
+            .fenced
+            .iter()
+            .filter(|(k, (g, _, until))| now >= *until || self.core.lane_generation(k) != Some(*g))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        for (key, (generation, from, _)) in due {
+            self.fenced.remove(&key);
+            if self.core.lane_generation(&key) == Some(generation) {
+                tracing::warn!(%key, from, "fenced, and still this member's a session later: read again from its last commit");
+                self.rewind(key, generation, from);
+            }
+        }
+    }
+
     /// A lane whose transaction the group's move forced to abort: it is replaced by a new
     /// lane (a new generation; its state restored from the changelog) that reads the
     /// partition again from `from`. Nothing if the lane is gone already (revoked meanwhile).
-    fn rewind(&mut self, key: crate::source::PartitionKey, generation: u64, from: i64) {
+    fn rewind(&mut self, key: crate::message::PartitionKey, generation: u64, from: i64) {
         if self.core.lane_generation(&key) != Some(generation) {
             return;
         }
@@ -133,7 +169,7 @@ impl Controller {
 
     /// Commits these offsets through the source (those not committed yet), then applies the
     /// stages' writes below them to their stores.
-    fn commit_offsets(&mut self, due: Vec<(crate::source::PartitionKey, i64)>) {
+    fn commit_offsets(&mut self, due: Vec<(crate::message::PartitionKey, i64)>) {
         let source = &self.source;
         let due: Vec<_> = due
             .into_iter()
@@ -182,6 +218,7 @@ impl Controller {
                 self.driver_event(ev, &mut exited);
             }
             self.core.settle();
+            self.release_fenced();
             self.commit_logged();
             let (pause, resume) = self.core.flow();
             if !pause.is_empty() {

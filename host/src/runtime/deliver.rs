@@ -7,9 +7,9 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use crate::chain::{ChainOutput, Rejected};
+use crate::message::PartitionKey;
 use crate::message::{Envelope, Lane};
 use crate::sink::{Changelog, Completion, Record, Settled, Sink, SinkError, Ticket};
-use crate::source::PartitionKey;
 
 /// The sink and the reject path, as every driver uses them.
 #[derive(Clone)]

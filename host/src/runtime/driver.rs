@@ -117,6 +117,20 @@ pub enum DriverEvent {
         /// The offset the aborted transaction began at.
         from: i64,
     },
+    /// A partition's transaction was fenced between revokes (exactly-once): another
+    /// producer took its transactional id, the broker timed the transaction out, or the
+    /// member is out of the group (`UNKNOWN_MEMBER_ID`, `FENCED_MEMBER_EPOCH`). Nothing of it
+    /// is visible; the lane processes nothing more. The controller lets the partition go at
+    /// the revoke that follows, or reads it again from `from` if it is still this member's
+    /// a session later.
+    Fenced {
+        /// The partition.
+        key: PartitionKey,
+        /// The lane's generation.
+        generation: u64,
+        /// The offset the fenced transaction began at (the partition's last commit).
+        from: i64,
+    },
     /// The driver thread ended.
     Exited(usize),
 }
@@ -510,21 +524,38 @@ impl Driver {
                     }
                     let _ = self.s.events.send(DriverEvent::Committed { key, next });
                 }
-                Err(TxnError::GroupMoved { key, why }) if !revoking && first.is_some() => {
-                    // Mid-rebalance the broker refused the offsets (the group's generation
-                    // moved on): nothing of the transaction is visible, and the partition is
-                    // still this member's, so it is read again from the transaction's start.
+                Err(e) if !revoking && first.is_some() && e.partition_stays() => {
+                    // Nothing of the transaction is visible, and the partition processes
+                    // nothing more in this lane. The group moved on, or a request timed out
+                    // while a coordinator moved: the partition is still this member's, so it
+                    // is read again from the transaction's start (`Rewind`). The client hung:
+                    // the same, with a new producer (whose opening fences the abandoned one
+                    // and aborts its transaction). Fenced: it waits for its revoke, or is read
+                    // again if it is still this member's a session later (`Fenced`).
                     let from = first.unwrap_or_default();
-                    tracing::warn!(%key, from, "the group moved on and the transaction's offsets were refused ({why}); it is aborted and the partition read again from its last commit");
-                    abort(&t, &key, m);
+                    tracing::warn!(from, "{e}; the partition is read again from its last commit (fenced: once it is clear it is still this member's)");
+                    if matches!(e, TxnError::Abandoned { .. }) {
+                        m.transactions.with_label_values(&["aborted"]).inc();
+                        t.api.close(&key);
+                    } else {
+                        abort(&t, &key, m);
+                    }
                     let l = &mut self.lanes[i];
                     l.rewinding = true;
                     let generation = l.generation;
                     self.drop_queued(i);
-                    let _ = self.s.events.send(DriverEvent::Rewind {
-                        key,
-                        generation,
-                        from,
+                    let _ = self.s.events.send(if matches!(e, TxnError::Fenced { .. }) {
+                        DriverEvent::Fenced {
+                            key,
+                            generation,
+                            from,
+                        }
+                    } else {
+                        DriverEvent::Rewind {
+                            key,
+                            generation,
+                            from,
+                        }
                     });
                 }
                 Err(e) => {
@@ -533,7 +564,7 @@ impl Driver {
                     } else {
                         tracing::error!("{e}; aborting it, stopping");
                     }
-                    if matches!(e, TxnError::Fenced { .. }) {
+                    if matches!(e, TxnError::Fenced { .. } | TxnError::Abandoned { .. }) {
                         // The new owner's producer took over the id: the broker aborted it.
                         m.transactions.with_label_values(&["aborted"]).inc();
                     } else {

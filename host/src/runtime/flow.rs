@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::lanes::{list, Core, LaneState};
-use crate::source::PartitionKey;
+use crate::message::PartitionKey;
 
 /// How long a lane that needed a pause keeps being paused at once when it backs up again.
 const SLOW_MEMORY: std::time::Duration = std::time::Duration::from_secs(10);

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::driver::{DriverControl, DriverError, LaneHandle};
-use super::logged::Logged;
 use super::watermark::Watermark;
 use crate::chain::Failure;
 use crate::metrics::Metrics;
@@ -41,6 +40,35 @@ pub struct ControllerOptions {
     /// Exactly-once: the drivers commit offsets in their transactions; the controller never
     /// commits through the source.
     pub transactional: bool,
+    /// Exactly-once: how long a partition whose transaction was fenced between revokes
+    /// waits for its revoke before it is read again from its last commit (the consumer's
+    /// session and a margin).
+    pub fenced_hold: Duration,
+}
+
+/// Where a lane's writes stand with the changelog (at-least-once with a changelog; the
+/// commits that wait for it are in `logged.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Logged {
+    /// The changelog holds (acknowledged) every write below it (none yet: `i64::MIN`).
+    pub(super) through: i64,
+    /// The commit point whose records are on their way.
+    pub(super) sending: Option<i64>,
+    /// A record was lost: nothing is committed past `through` any more (the run stops).
+    pub(super) lost: bool,
+    /// `through` moved since the partition last committed.
+    pub(super) moved: bool,
+}
+
+impl Default for Logged {
+    fn default() -> Self {
+        Logged {
+            through: i64::MIN,
+            sending: None,
+            lost: false,
+            moved: false,
+        }
+    }
 }
 
 /// Why a run stopped other than a stage `fail` or a signal.
@@ -266,12 +294,20 @@ impl Core {
             let r = match &c.outcome {
                 Settled::Done => w.complete(c.generation, offset),
                 Settled::Failed => w.fail(c.generation, offset),
-                Settled::Undelivered(why) if released => {
+                Settled::Undelivered(why) if self.opts.transactional => {
+                    // Exactly-once: its transaction was let go with the partition, or cannot
+                    // commit now; the driver's commit finds out, and stops the run or reads
+                    // the partition again.
+                    let what = if released {
+                        "its transaction was let go with the partition"
+                    } else {
+                        "its transaction cannot commit"
+                    };
                     tracing::debug!(
                         topic = &*c.key.topic,
                         partition = c.key.partition,
                         offset,
-                        "{why} (its transaction was let go with the partition)"
+                        "{why} ({what})"
                     );
                     w.fail(c.generation, offset)
                 }

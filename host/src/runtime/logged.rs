@@ -12,32 +12,8 @@ use std::time::Instant;
 
 use super::lanes::{Core, RuntimeError};
 use crate::message::Lane;
+use crate::message::PartitionKey;
 use crate::sink::{Completion, Settled, Ticket};
-use crate::source::PartitionKey;
-
-/// Where a lane's writes stand with the changelog.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Logged {
-    /// The changelog holds (acknowledged) every write below it (none yet: `i64::MIN`).
-    through: i64,
-    /// The commit point whose records are on their way.
-    sending: Option<i64>,
-    /// A record was lost: nothing is committed past `through` any more (the run stops).
-    lost: bool,
-    /// `through` moved since the partition last committed.
-    moved: bool,
-}
-
-impl Default for Logged {
-    fn default() -> Self {
-        Logged {
-            through: i64::MIN,
-            sending: None,
-            lost: false,
-            moved: false,
-        }
-    }
-}
 
 impl Core {
     /// Of `due` (partitions and the offsets they could commit), what may be committed now:

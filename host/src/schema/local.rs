@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::codec::{wire, CodecReject};
 use super::registry::{Compiled, LookupError, Registered, Registry, SchemaKind};
+use super::wire::{wire, CodecReject};
 
 /// Which schema encodes a local record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,7 @@ pub mod json_schema;
 pub mod local;
 pub mod protobuf;
 pub mod registry;
+pub mod wire;
 
 pub use codec::{CodecReject, Codecs, Decoder, Decoding, Encoder, Scratch};
 pub use registry::{LookupError, Registry, SchemaKind};

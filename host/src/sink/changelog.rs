@@ -13,7 +13,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use super::transactional::KafkaTransactions;
@@ -345,7 +345,14 @@ impl Changelog for KafkaChangelog {
             Writer::Plain(p) => {
                 for r in records {
                     let d = Box::new((ticket.clone(), r.tag));
-                    if let Err(why) = send_change(p, lane.partition, r, d) {
+                    if let Err(why) = crate::kafka::record::send_keyed(
+                        p,
+                        &r.topic,
+                        lane.partition,
+                        r.key.as_bytes(),
+                        r.value.as_ref().map(|v| &v[..]),
+                        d,
+                    ) {
                         ticket.settle(Some(why));
                     }
                 }
@@ -498,32 +505,6 @@ fn read_to_end(
                     "changelog `{topic}` partition {partition}: no record for {}s while restoring (at offset {position} of {high})",
                     RESTORE_STALL.as_secs()
                 ));
-        }
-    }
-}
-
-/// Sends one changelog record to `partition`, waiting while the producer's queue is full.
-pub(super) fn send_change<C: ProducerContext>(
-    producer: &ThreadedProducer<C>,
-    partition: i32,
-    r: &ChangeRecord,
-    opaque: C::DeliveryOpaque,
-) -> Result<(), String> {
-    let mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque> =
-        BaseRecord::with_opaque_to(&r.topic, opaque)
-            .partition(partition)
-            .key(r.key.as_bytes());
-    if let Some(v) = &r.value {
-        record = record.payload(&v[..]);
-    }
-    loop {
-        match producer.send(record) {
-            Ok(()) => return Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                record = back;
-                producer.poll(Duration::from_millis(1));
-            }
-            Err((e, _)) => return Err(format!("cannot produce to `{}`: {e}", r.topic)),
         }
     }
 }

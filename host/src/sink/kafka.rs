@@ -14,10 +14,10 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::ClientContext;
 
 use super::{Record, Role, Sink, SinkError, Ticket};
-use crate::chain::Rejected;
 use crate::config::KafkaSink as KafkaSinkConfig;
 use crate::kafka::fatal::FatalSlot;
 use crate::kafka::record::headers_of;
+use crate::message::Rejected;
 use crate::message::{Lane, Message};
 
 /// Counts acknowledgements and settles tickets from librdkafka's delivery reports.

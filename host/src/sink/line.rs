@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{Record, Sink, SinkError};
-use crate::chain::Rejected;
 use crate::config::SinkConfig;
 use crate::jsonl;
+use crate::message::Rejected;
 use crate::message::{Lane, Message};
 
 /// A JSONL file, stdout, or discard.

@@ -29,8 +29,8 @@ use crate::kafka::fatal::FatalSlot;
 use crate::kafka::group::GroupSlot;
 use crate::kafka::record::headers_of;
 use crate::message::Lane;
+use crate::message::PartitionKey;
 use crate::metrics::Metrics;
-use crate::source::PartitionKey;
 
 /// Longest one transactional request (init, commit, abort, offsets) may take.
 const TXN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -207,7 +207,14 @@ impl KafkaTransactions {
                 role: None,
                 change: Some((acks.clone(), r.tag)),
             });
-            super::changelog::send_change(&producer, lane.partition, r, d)?;
+            crate::kafka::record::send_keyed(
+                &producer,
+                &r.topic,
+                lane.partition,
+                r.key.as_bytes(),
+                r.value.as_ref().map(|v| &v[..]),
+                d,
+            )?;
         }
         Ok(())
     }
@@ -264,8 +271,71 @@ fn txn_error(key: &PartitionKey, what: &'static str, e: KafkaError) -> TxnError 
             | RDKafkaErrorCode::RebalanceInProgress
             | RDKafkaErrorCode::StaleMemberEpoch,
         ) => TxnError::GroupMoved { key, why },
+        // A request that timed out or met a coordinator on the move, after which the
+        // transaction can only be aborted: like a group that moved on, the partition is
+        // still this member's until its revoke. (Not a record that cannot be delivered:
+        // reading it again would fail again.)
+        Some(
+            RDKafkaErrorCode::OperationTimedOut
+            | RDKafkaErrorCode::RequestTimedOut
+            | RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::CoordinatorNotAvailable
+            | RDKafkaErrorCode::CoordinatorLoadInProgress
+            | RDKafkaErrorCode::NotEnoughReplicas
+            | RDKafkaErrorCode::NotEnoughReplicasAfterAppend,
+        ) if abortable(&e) => TxnError::Interrupted { key, why },
         _ => TxnError::Failed { key, what, why },
     }
+}
+
+/// What [`send_offsets`] got.
+enum Sent {
+    /// The client answered with an error.
+    Refused(KafkaError),
+    /// The client did not answer in time.
+    Unanswered,
+}
+
+/// How long opening a partition's transactional producer keeps asking while the cluster
+/// answers with retriable errors (down, a coordinator moving).
+const OPEN_PATIENCE: Duration = Duration::from_secs(120);
+
+/// One `send_offsets_to_transaction` call's timeout: a few round trips when the group
+/// coordinator is up; a call that times out is asked again (it is retriable).
+const SEND_OFFSETS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much longer than its own timeout a transactional call may take before it counts as
+/// unanswered.
+const UNANSWERED_MARGIN: Duration = Duration::from_secs(2);
+
+/// `send_offsets_to_transaction`, on a thread of its own, waited for at most its timeout
+/// and [`UNANSWERED_MARGIN`]. librdkafka (up to 2.14 at least, issues 5456 and 5511) may
+/// never return from it when the group coordinator's broker is gone: its coordinator
+/// request ignores the timeout. The thread is then left behind with the producer, which
+/// the caller abandons.
+fn send_offsets(
+    producer: &Arc<PartitionProducer>,
+    offsets: TopicPartitionList,
+    group: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
+) -> Result<(), Sent> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let p = producer.clone();
+    let spawned = std::thread::Builder::new()
+        .name("weir-txn-offsets".into())
+        .spawn(move || {
+            let _ = tx.send(p.send_offsets_to_transaction(&offsets, &group, SEND_OFFSETS_TIMEOUT));
+        });
+    if spawned.is_err() {
+        return Err(Sent::Unanswered);
+    }
+    match rx.recv_timeout(SEND_OFFSETS_TIMEOUT + UNANSWERED_MARGIN) {
+        Ok(r) => r.map_err(Sent::Refused),
+        Err(_) => Err(Sent::Unanswered),
+    }
+}
+
+fn abortable(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::Transaction(t) if t.txn_requires_abort())
 }
 
 fn retriable(e: &KafkaError) -> bool {
@@ -300,9 +370,18 @@ impl Transactions for KafkaTransactions {
                 Err(_) => break,
             }
         }
-        producer
-            .init_transactions(TXN_TIMEOUT)
-            .map_err(|e| txn_error(key, "open", e))?;
+        // A cluster that is down (or whose coordinator is moving) answers with retriable
+        // errors: ask again for a while, so a run rides out a short outage.
+        let deadline = Instant::now() + OPEN_PATIENCE;
+        loop {
+            match producer.init_transactions(TXN_TIMEOUT) {
+                Ok(()) => break,
+                Err(e) if retriable(&e) && Instant::now() < deadline => {
+                    tracing::warn!(%key, "opening the transactional producer: {e}; trying again");
+                }
+                Err(e) => return Err(txn_error(key, "open", e)),
+            }
+        }
         self.producers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -327,9 +406,34 @@ impl Transactions for KafkaTransactions {
         offsets
             .add_partition_offset(&key.topic, key.partition, Offset::Offset(next))
             .map_err(|e| txn_error(key, "commit", e))?;
-        producer
-            .send_offsets_to_transaction(&offsets, &group, TXN_TIMEOUT)
-            .map_err(|e| txn_error(key, "commit", e))?;
+        // Retriable refusals (a coordinator on the move) are asked again, up to the
+        // transaction timeout.
+        let deadline = Instant::now() + TXN_TIMEOUT;
+        loop {
+            match send_offsets(&producer, offsets.clone(), group.clone()) {
+                Ok(()) => break,
+                Err(Sent::Refused(e)) if retriable(&e) && Instant::now() < deadline => {}
+                // Still refused after the transaction timeout (the cluster is down): the
+                // transaction is given up, and the partition read again from its last commit
+                // once the cluster answers.
+                Err(Sent::Refused(e)) if retriable(&e) => {
+                    return Err(TxnError::Interrupted {
+                        key: key.clone(),
+                        why: format!("offsets refused for {} s: {e}", TXN_TIMEOUT.as_secs()),
+                    })
+                }
+                Err(Sent::Refused(e)) => return Err(txn_error(key, "commit", e)),
+                Err(Sent::Unanswered) => {
+                    return Err(TxnError::Abandoned {
+                        key: key.clone(),
+                        why: format!(
+                            "the client's send_offsets_to_transaction did not return within {} s (librdkafka issues 5456 and 5511: the group coordinator's broker is gone)",
+                            (SEND_OFFSETS_TIMEOUT + UNANSWERED_MARGIN).as_secs()
+                        ),
+                    })
+                }
+            }
+        }
         // Wait for the acknowledgements here: rdkafka's `commit_transaction` flushes first,
         // and its flush, racing the producer's own polling thread for the delivery reports,
         // sleeps in steps of 100 ms.

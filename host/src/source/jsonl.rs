@@ -12,9 +12,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::{Handler, Item, PartitionKey, Source, SourceError};
-use crate::chain::Rejected;
 use crate::config::SourceConfig;
 use crate::jsonl;
+use crate::message::Rejected;
 use crate::message::{Envelope, Message};
 
 /// Items per chunk from the reader thread (one channel operation, one wake-up per chunk).

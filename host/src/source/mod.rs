@@ -19,35 +19,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::chain::Rejected;
 use crate::config::SourceConfig;
-use crate::message::Envelope;
+pub use crate::message::PartitionKey;
+use crate::message::{Envelope, Rejected};
 use crate::metrics::Metrics;
-
-/// One partition of a source (a local source has one: its name, partition 0).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PartitionKey {
-    /// Topic.
-    pub topic: Arc<str>,
-    /// Partition.
-    pub partition: i32,
-}
-
-impl PartitionKey {
-    /// A key.
-    pub fn new(topic: &str, partition: i32) -> Self {
-        PartitionKey {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl std::fmt::Display for PartitionKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.topic, self.partition)
-    }
-}
 
 /// One item a source read.
 #[derive(Debug)]

@@ -11,6 +11,7 @@
 //! store (whose values read are remembered in the log's map): read-your-writes. See
 //! docs/state.md.
 
+pub mod changelog;
 pub mod log;
 pub mod store;
 
@@ -23,8 +24,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use self::log::{Entry, Found, Log, SlotRef};
 pub use self::store::{Checkpoint, StageStore, StoreError};
 use crate::config::{PipelineConfig, StageConfig};
-use crate::sink::{ChangeRecord, Changelog};
-use crate::source::PartitionKey;
+use crate::message::PartitionKey;
+use changelog::{ChangeRecord, Changelog};
 
 /// Most store values remembered per partition before the cache starts over.
 const CACHE_ENTRIES: usize = 100_000;
@@ -801,7 +802,7 @@ impl StateRegistry {
     /// The stores are caches of changelogs whose acknowledged records are noted in `acks`:
     /// their commits need not be synced one by one, and they move the changelog checkpoints.
     /// The changelogs get each key's last write per commit ([`Self::take_changes`]).
-    pub fn set_cache_of_changelog(&self, acks: &Arc<crate::sink::ChangelogAcks>) {
+    pub fn set_cache_of_changelog(&self, acks: &Arc<changelog::ChangelogAcks>) {
         for s in &self.stages {
             s.store.set_cache_of_changelog(acks.clone());
         }

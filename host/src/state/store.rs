@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::source::PartitionKey;
+use crate::message::PartitionKey;
 
 /// Checkpoints, by partition (`topic:partition`).
 const CHECKPOINTS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("weir.checkpoints");
@@ -77,7 +77,7 @@ pub struct StageStore {
     /// `sync_every`, and when dropped.
     durable: std::sync::atomic::AtomicBool,
     /// Where the changelog's records landed (when the store is a cache of one).
-    acks: std::sync::OnceLock<std::sync::Arc<crate::sink::ChangelogAcks>>,
+    acks: std::sync::OnceLock<std::sync::Arc<super::changelog::ChangelogAcks>>,
     /// A store that is a cache of its changelog syncs its first commit this long after its
     /// last synced one, so a crash costs the restore at most about this much of the
     /// changelog to read again (not everything since the process started).
@@ -131,14 +131,14 @@ impl StageStore {
 
     /// The store is a cache of a changelog whose acknowledged records are noted in `acks`:
     /// commits are not synced one by one, and they move the changelog checkpoint.
-    pub fn set_cache_of_changelog(&self, acks: std::sync::Arc<crate::sink::ChangelogAcks>) {
+    pub fn set_cache_of_changelog(&self, acks: std::sync::Arc<super::changelog::ChangelogAcks>) {
         self.durable
             .store(false, std::sync::atomic::Ordering::Relaxed);
         let _ = self.acks.set(acks);
     }
 
     /// Where the changelog's acknowledged records landed (a cache of a changelog only).
-    pub fn changelog_acks(&self) -> Option<&std::sync::Arc<crate::sink::ChangelogAcks>> {
+    pub fn changelog_acks(&self) -> Option<&std::sync::Arc<super::changelog::ChangelogAcks>> {
         self.acks.get()
     }
 
@@ -379,7 +379,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{Checkpoint, StageStore};
-    use crate::source::PartitionKey;
+    use crate::message::PartitionKey;
 
     /// Set in the child process of [`a_store_of_a_changelog_syncs_a_commit_a_while_after_the_last`]:
     /// the state dir and the sync interval in ms.
