@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The broker faults of issue 49, point 4, at a given input rate: one pipeline on three Apache
+# The broker faults of issue 49, point 4, at a given input rate: on three Apache
 # Kafka brokers (replication factor 3, `min.insync.replicas` 2) through four faults in turn,
-# once exactly-once and once at-least-once (the tests
-# `exactly_once::on_three_brokers_four_faults_…`, which also check every fault: 0 lost,
+# two pipelines at once, one exactly-once and one at-least-once (the test
+# `exactly_once::on_three_brokers_four_faults_…`, which also checks every fault: 0 lost,
 # exactly-once 0 duplicates, no open transaction in `kafka-transactions list`, the committed
 # offsets in `kafka-consumer-groups --describe` at the ends of the input):
 #
 #   LeaderKilled       kill -9 the broker leading the source's (and the sink's) partition 0
-#   CoordinatorKilled  kill -9 the broker coordinating partition 0's transactions
-#                      (at-least-once: the group's coordinator), mid-transaction
+#   CoordinatorKilled  kill -9 the broker coordinating the exactly-once pipeline's
+#                      transactions of partition 0, mid-transaction
 #   BrokerRestarted    SIGTERM a broker, started again 10 s later
 #   ClusterDown        every broker stopped (SIGTERM) for 20 s, then started again
 #

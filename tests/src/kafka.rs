@@ -184,24 +184,6 @@ impl Broker {
             .unwrap_or_else(|| panic!("no coordinator in kafka-transactions describe: {out}"))
     }
 
-    /// The node id of the broker coordinating `group`, as Kafka's own
-    /// `kafka-consumer-groups --describe --state` shows it (`host:port (id)`).
-    pub fn group_coordinator(&self, group: &str) -> i32 {
-        let (ok, out) = self.kafka_tool(
-            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-            &["--describe", "--group", group, "--state"],
-        );
-        assert!(ok, "kafka-consumer-groups --describe --state: {out}");
-        out.lines()
-            .filter(|l| l.starts_with(group))
-            .find_map(|l| {
-                let open = l.find('(')?;
-                let close = open + l[open..].find(')')?;
-                l[open + 1..close].trim().parse().ok()
-            })
-            .unwrap_or_else(|| panic!("no coordinator for {group}: {out}"))
-    }
-
     /// The group's committed offset and the log end offset per partition of `topic`, as
     /// Kafka's own `kafka-consumer-groups --describe` shows them: `(partition, current, end)`
     /// (`current` is `None` for `-`).
