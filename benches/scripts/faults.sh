@@ -26,6 +26,6 @@ log="${TMPDIR:-/tmp}/weir-faults.log"
 status=0
 cargo test --release -p weir --test exactly_once on_three_brokers_four_faults \
   -- --nocapture --test-threads 1 >"$log" 2>&1 || status=$?
-grep -E '^fault |^test .*(ok|FAILED)$' "$log"
+grep -oE 'fault [A-Za-z]+ \(.*|test .* (ok|FAILED)$' "$log"
 [ "$status" -eq 0 ] || echo "failed (exit $status): see $log"
 exit "$status"

@@ -597,22 +597,17 @@ fn on_three_brokers_four_faults_lose_nothing_and_exactly_once_doubles_nothing() 
             .iter()
             .map(|r| b.committed(r.group, "in", PARTS))
             .collect();
-        let mut first = Vec::new();
-        for (r, before) in runs.iter().zip(&before) {
-            wait_commit_progress(&b, r.group, before, &r.dir, "run.log");
-            first.push(back.elapsed());
-        }
+        let first = first_commits(&b, &runs, &before, back);
         if let Some(node) = hit {
             b.cluster().restart(node);
         }
         producer.join().expect("producer");
         let input_ended = Instant::now();
         let what = format!("after {fault:?}");
-        for (r, first) in runs.iter().zip(first) {
-            // A cluster stopped for 20 s takes its time: the transactions it interrupted
-            // are given up after 30 s and read again.
-            wait_all_visible_in(&b, &r.dir, r.group, sent, &what, r.outputs, 180);
-            let caught_up = input_ended.elapsed();
+        // A cluster stopped for 20 s takes its time: the transactions it interrupted are
+        // given up after 30 s and read again.
+        let caught_up = all_visible(&b, &runs, sent, &what, input_ended);
+        for ((r, first), caught_up) in runs.iter().zip(first).zip(caught_up) {
             if r.delivery == "exactly-once" {
                 assert_exactly_once(&b, &r.dir, r.group, sent);
             }
@@ -637,6 +632,57 @@ fn on_three_brokers_four_faults_lose_nothing_and_exactly_once_doubles_nothing() 
         sigterm(&r.run);
         wait_ok(r.run, r.delivery, &r.dir, "run.log");
     }
+}
+
+/// When each run's group has committed past `before`, counted from `since` (up to 60 s),
+/// all watched side by side.
+fn first_commits(
+    b: &Broker,
+    runs: &[Faulted],
+    before: &[Vec<Option<i64>>],
+    since: Instant,
+) -> Vec<Duration> {
+    let mut at: Vec<Option<Duration>> = vec![None; runs.len()];
+    while let Some(missing) = at.iter().position(Option::is_none) {
+        for (i, r) in runs.iter().enumerate() {
+            if at[i].is_none() && b.committed(r.group, "in", PARTS) != before[i] {
+                at[i] = Some(since.elapsed());
+            }
+        }
+        if at[missing].is_none() && since.elapsed() > Duration::from_secs(60) {
+            // Fails with the evidence.
+            let r = &runs[missing];
+            wait_commit_progress(b, r.group, &before[missing], &r.dir, "run.log");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    at.into_iter().flatten().collect()
+}
+
+/// When every one of the `n` inputs is visible in each run's outputs, counted from `since`
+/// (up to 180 s), all watched side by side.
+fn all_visible(
+    b: &Broker,
+    runs: &[Faulted],
+    n: usize,
+    what: &str,
+    since: Instant,
+) -> Vec<Duration> {
+    let mut at: Vec<Option<Duration>> = vec![None; runs.len()];
+    while let Some(missing) = at.iter().position(Option::is_none) {
+        for (i, r) in runs.iter().enumerate() {
+            if at[i].is_none() && copies_in(b, r.outputs).len() == n {
+                at[i] = Some(since.elapsed());
+            }
+        }
+        if at[missing].is_none() && since.elapsed() > Duration::from_secs(180) {
+            // Fails with the evidence.
+            let r = &runs[missing];
+            wait_all_visible_in(b, &r.dir, r.group, n, what, r.outputs, 0);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    at.into_iter().flatten().collect()
 }
 
 /// Applies `fault`; returns the node left down (to be started again) and when the cluster
