@@ -224,6 +224,37 @@ impl KafkaTransactions {
         format!("{}.{}.{}", self.prefix, key.topic, key.partition)
     }
 
+    /// A new transactional producer for the partition, connected to a broker of the cluster.
+    fn new_producer(&self, key: &PartitionKey) -> Result<PartitionProducer, TxnError> {
+        let mut client = self.client.clone();
+        client.set("transactional.id", self.transactional_id(key));
+        let producer = PartitionProducer::from_config_and_context(
+            &client,
+            TxnContext {
+                acked: self.acked.clone(),
+                produced: self.produced.clone(),
+                fatal: self.fatal.clone(),
+                queued: self.queued.another(),
+            },
+        )
+        .map_err(|e| txn_error(key, "open", e))?;
+        // A connection to a broker of the cluster first (the bootstrap connection is dropped
+        // once the cluster's brokers are known): librdkafka looks for the transaction
+        // coordinator at once, and with no usable broker it retries only on a 500 ms timer.
+        // (A bootstrap connection answers as broker -1.)
+        for _ in 0..5 {
+            match producer
+                .client()
+                .fetch_metadata(Some(&self.sink_topic), TXN_TIMEOUT)
+            {
+                Ok(m) if m.orig_broker_id() >= 0 => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        Ok(producer)
+    }
+
     fn producer(&self, key: &PartitionKey) -> Option<Arc<PartitionProducer>> {
         self.producers
             .lock()
@@ -308,30 +339,37 @@ const SEND_OFFSETS_TIMEOUT: Duration = Duration::from_secs(10);
 /// unanswered.
 const UNANSWERED_MARGIN: Duration = Duration::from_secs(2);
 
-/// `send_offsets_to_transaction`, on a thread of its own, waited for at most its timeout
-/// and [`UNANSWERED_MARGIN`]. librdkafka (up to 2.14 at least, issues 5456 and 5511) may
-/// never return from it when the group coordinator's broker is gone: its coordinator
-/// request ignores the timeout. The thread is then left behind with the producer, which
-/// the caller abandons.
+/// `f` on a thread of its own, waited for at most `within`; `None` if it did not return
+/// then (the thread is left behind with what it holds). librdkafka (up to 2.14 at least,
+/// issues 5456 and 5511) may never return from a transactional call when a coordinator's
+/// broker is gone: its coordinator request ignores the timeout.
+fn answered<T: Send + 'static>(
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("weir-txn-call".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    rx.recv_timeout(within).ok()
+}
+
+/// `send_offsets_to_transaction`, waited for at most its timeout and [`UNANSWERED_MARGIN`]
+/// ([`answered`]); the caller abandons a producer that did not answer.
 fn send_offsets(
     producer: &Arc<PartitionProducer>,
     offsets: TopicPartitionList,
     group: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
 ) -> Result<(), Sent> {
-    let (tx, rx) = crossbeam_channel::bounded(1);
     let p = producer.clone();
-    let spawned = std::thread::Builder::new()
-        .name("weir-txn-offsets".into())
-        .spawn(move || {
-            let _ = tx.send(p.send_offsets_to_transaction(&offsets, &group, SEND_OFFSETS_TIMEOUT));
-        });
-    if spawned.is_err() {
-        return Err(Sent::Unanswered);
-    }
-    match rx.recv_timeout(SEND_OFFSETS_TIMEOUT + UNANSWERED_MARGIN) {
-        Ok(r) => r.map_err(Sent::Refused),
-        Err(_) => Err(Sent::Unanswered),
-    }
+    answered(SEND_OFFSETS_TIMEOUT + UNANSWERED_MARGIN, move || {
+        p.send_offsets_to_transaction(&offsets, &group, SEND_OFFSETS_TIMEOUT)
+    })
+    .ok_or(Sent::Unanswered)?
+    .map_err(Sent::Refused)
 }
 
 fn abortable(e: &KafkaError) -> bool {
@@ -344,49 +382,41 @@ fn retriable(e: &KafkaError) -> bool {
 
 impl Transactions for KafkaTransactions {
     fn open(&self, key: &PartitionKey) -> Result<(), TxnError> {
-        let mut client = self.client.clone();
-        client.set("transactional.id", self.transactional_id(key));
-        let producer = PartitionProducer::from_config_and_context(
-            &client,
-            TxnContext {
-                acked: self.acked.clone(),
-                produced: self.produced.clone(),
-                fatal: self.fatal.clone(),
-                queued: self.queued.another(),
-            },
-        )
-        .map_err(|e| txn_error(key, "open", e))?;
-        // A connection to a broker of the cluster first (the bootstrap connection is dropped
-        // once the cluster's brokers are known): librdkafka looks for the transaction
-        // coordinator at once, and with no usable broker it retries only on a 500 ms timer.
-        // (A bootstrap connection answers as broker -1.)
-        for _ in 0..5 {
-            match producer
-                .client()
-                .fetch_metadata(Some(&self.sink_topic), TXN_TIMEOUT)
-            {
-                Ok(m) if m.orig_broker_id() >= 0 => break,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
         // A cluster that is down (or whose coordinator is moving) answers with retriable
-        // errors: ask again for a while, so a run rides out a short outage.
+        // errors: ask again for a while, so a run rides out a short outage. A producer whose
+        // `init_transactions` does not return (librdkafka can wait on a coordinator that is
+        // gone for good, issue 5511) is left behind, and a new one asks afresh.
         let deadline = Instant::now() + OPEN_PATIENCE;
         loop {
-            match producer.init_transactions(TXN_TIMEOUT) {
-                Ok(()) => break,
-                Err(e) if retriable(&e) && Instant::now() < deadline => {
-                    tracing::warn!(%key, "opening the transactional producer: {e}; trying again");
+            let producer = Arc::new(self.new_producer(key)?);
+            let p = producer.clone();
+            let answer = answered(TXN_TIMEOUT + UNANSWERED_MARGIN, move || {
+                p.init_transactions(TXN_TIMEOUT)
+            });
+            let why = match answer {
+                Some(Ok(())) => {
+                    self.producers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.clone(), producer);
+                    return Ok(());
                 }
-                Err(e) => return Err(txn_error(key, "open", e)),
+                Some(Err(e)) if retriable(&e) => e.to_string(),
+                Some(Err(e)) => return Err(txn_error(key, "open", e)),
+                None => format!(
+                    "init_transactions did not return within {} s",
+                    (TXN_TIMEOUT + UNANSWERED_MARGIN).as_secs()
+                ),
+            };
+            if Instant::now() >= deadline {
+                return Err(TxnError::Failed {
+                    key: key.clone(),
+                    what: "open",
+                    why: format!("{why}; gave up after {} s", OPEN_PATIENCE.as_secs()),
+                });
             }
+            tracing::warn!(%key, "opening the transactional producer: {why}; trying again");
         }
-        self.producers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), Arc::new(producer));
-        Ok(())
     }
 
     fn begin(&self, key: &PartitionKey) -> Result<(), TxnError> {
