@@ -83,30 +83,13 @@ fn explain_in(b: &Broker, s: &Scratch, group: &str, n: usize, outputs: (&str, &s
 
 /// Waits (up to 90 s) until every one of the `n` inputs is visible.
 fn wait_all_visible(b: &Broker, s: &Scratch, group: &str, n: usize, what: &str) {
-    wait_all_visible_in(b, s, group, n, what, OUTPUTS, 90);
-}
-
-/// Waits (up to `secs`) until every one of the `n` inputs is visible in `outputs`.
-fn wait_all_visible_in(
-    b: &Broker,
-    s: &Scratch,
-    group: &str,
-    n: usize,
-    what: &str,
-    outputs: (&str, &str),
-    secs: u64,
-) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if copies_in(b, outputs).len() == n {
-            return;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "{what}: not every input came out within {secs} s: {}",
-                explain_in(b, s, group, n, outputs)
-            );
-        }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while copies(b).len() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not every input came out within 90 s: {}",
+            explain(b, s, group, n)
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
 }
@@ -650,9 +633,13 @@ fn first_commits(
             }
         }
         if at[missing].is_none() && since.elapsed() > Duration::from_secs(60) {
-            // Fails with the evidence.
             let r = &runs[missing];
-            wait_commit_progress(b, r.group, &before[missing], &r.dir, "run.log");
+            let outputs = [(r.outputs.0, PARTS), (r.outputs.1, 1)];
+            panic!(
+                "{} run: no commit within 60 s: {}",
+                r.delivery,
+                evidence::state(b, &r.dir, r.group, ("in", PARTS), &outputs)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -676,9 +663,12 @@ fn all_visible(
             }
         }
         if at[missing].is_none() && since.elapsed() > Duration::from_secs(180) {
-            // Fails with the evidence.
             let r = &runs[missing];
-            wait_all_visible_in(b, &r.dir, r.group, n, what, r.outputs, 0);
+            panic!(
+                "{what} ({}): not every input came out within 180 s: {}",
+                r.delivery,
+                explain_in(b, &r.dir, r.group, n, r.outputs)
+            );
         }
         std::thread::sleep(Duration::from_millis(300));
     }

@@ -242,6 +242,20 @@ pub struct KafkaSink {
     pub encode_key: Option<Box<super::schema::Encode>>,
 }
 
+/// Kafka's default consumer session (classic `session.timeout.ms`, and the broker's
+/// `group.consumer.session.timeout.ms` under KIP-848).
+pub const DEFAULT_SESSION: std::time::Duration = std::time::Duration::from_secs(45);
+
+impl KafkaSource {
+    /// The consumer's session: `session.timeout.ms` from `properties`, else Kafka's default.
+    pub fn session_timeout(&self) -> std::time::Duration {
+        self.properties
+            .get("session.timeout.ms")
+            .and_then(|v| property_text(v).trim().parse().ok())
+            .map_or(DEFAULT_SESSION, std::time::Duration::from_millis)
+    }
+}
+
 /// A YAML scalar as the text librdkafka takes.
 pub fn property_text(v: &serde_yaml::Value) -> String {
     match v {

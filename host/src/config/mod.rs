@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 pub use kafka::{
     is_pattern, property_text, Assignor, GroupProtocol, KafkaSink, KafkaSource, StartFrom,
+    DEFAULT_SESSION,
 };
 pub use load::{load, load_str, ConfigError};
 pub use locate::line_of_path;

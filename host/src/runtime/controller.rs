@@ -102,19 +102,20 @@ impl Controller {
         if self.fenced.is_empty() {
             return;
         }
+        let core = &self.core;
+        self.fenced
+            .retain(|key, (generation, _, _)| core.lane_generation(key) == Some(*generation));
         let now = Instant::now();
         let due: Vec<_> = self
             .fenced
             .iter()
-            .filter(|(k, (g, _, until))| now >= *until || self.core.lane_generation(k) != Some(*g))
+            .filter(|(_, (_, _, until))| now >= *until)
             .map(|(k, v)| (k.clone(), *v))
             .collect();
         for (key, (generation, from, _)) in due {
             self.fenced.remove(&key);
-            if self.core.lane_generation(&key) == Some(generation) {
-                tracing::warn!(%key, from, "fenced, and still this member's a session later: read again from its last commit");
-                self.rewind(key, generation, from);
-            }
+            tracing::warn!(%key, from, "fenced, and still this member's a session later: read again from its last commit");
+            self.rewind(key, generation, from);
         }
     }
 

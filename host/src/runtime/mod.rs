@@ -259,21 +259,9 @@ pub fn controller_options(cfg: &PipelineConfig) -> ControllerOptions {
         stop_at_end: cfg.source.stops_at_end(),
         drain_timeout: cfg.runtime.drain_timeout,
         transactional: cfg.delivery == Delivery::ExactlyOnce,
-        fenced_hold: kafka.map_or(DEFAULT_SESSION, session_timeout) + Duration::from_secs(5),
+        fenced_hold: kafka.map_or(crate::config::DEFAULT_SESSION, |k| k.session_timeout())
+            + Duration::from_secs(5),
     }
-}
-
-/// Kafka's default consumer session (classic `session.timeout.ms`, and the broker's
-/// `group.consumer.session.timeout.ms` under KIP-848).
-const DEFAULT_SESSION: Duration = Duration::from_secs(45);
-
-/// The consumer's `session.timeout.ms` (a number or a string of one), else Kafka's default.
-fn session_timeout(k: &crate::config::KafkaSource) -> Duration {
-    let ms = k
-        .properties
-        .get("session.timeout.ms")
-        .and_then(|v| crate::config::property_text(v).trim().parse().ok());
-    ms.map_or(DEFAULT_SESSION, Duration::from_millis)
 }
 
 /// Runs the pipeline a YAML describes until its source ends (`stop_at_end`), a signal, or a

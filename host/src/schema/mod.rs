@@ -21,5 +21,6 @@ pub mod protobuf;
 pub mod registry;
 pub mod wire;
 
-pub use codec::{CodecReject, Codecs, Decoder, Decoding, Encoder, Scratch};
+pub use codec::{Codecs, Decoder, Decoding, Encoder, Scratch};
 pub use registry::{LookupError, Registry, SchemaKind};
+pub use wire::CodecReject;

@@ -319,14 +319,6 @@ fn txn_error(key: &PartitionKey, what: &'static str, e: KafkaError) -> TxnError 
     }
 }
 
-/// What [`send_offsets`] got.
-enum Sent {
-    /// The client answered with an error.
-    Refused(KafkaError),
-    /// The client did not answer in time.
-    Unanswered,
-}
-
 /// How long opening a partition's transactional producer keeps asking while the cluster
 /// answers with retriable errors (down, a coordinator moving).
 const OPEN_PATIENCE: Duration = Duration::from_secs(120);
@@ -355,21 +347,6 @@ fn answered<T: Send + 'static>(
         })
         .ok()?;
     rx.recv_timeout(within).ok()
-}
-
-/// `send_offsets_to_transaction`, waited for at most its timeout and [`UNANSWERED_MARGIN`]
-/// ([`answered`]); the caller abandons a producer that did not answer.
-fn send_offsets(
-    producer: &Arc<PartitionProducer>,
-    offsets: TopicPartitionList,
-    group: Arc<rdkafka::consumer::ConsumerGroupMetadata>,
-) -> Result<(), Sent> {
-    let p = producer.clone();
-    answered(SEND_OFFSETS_TIMEOUT + UNANSWERED_MARGIN, move || {
-        p.send_offsets_to_transaction(&offsets, &group, SEND_OFFSETS_TIMEOUT)
-    })
-    .ok_or(Sent::Unanswered)?
-    .map_err(Sent::Refused)
 }
 
 fn abortable(e: &KafkaError) -> bool {
@@ -440,20 +417,24 @@ impl Transactions for KafkaTransactions {
         // transaction timeout.
         let deadline = Instant::now() + TXN_TIMEOUT;
         loop {
-            match send_offsets(&producer, offsets.clone(), group.clone()) {
-                Ok(()) => break,
-                Err(Sent::Refused(e)) if retriable(&e) && Instant::now() < deadline => {}
+            let (p, offsets, group) = (producer.clone(), offsets.clone(), group.clone());
+            let answer = answered(SEND_OFFSETS_TIMEOUT + UNANSWERED_MARGIN, move || {
+                p.send_offsets_to_transaction(&offsets, &group, SEND_OFFSETS_TIMEOUT)
+            });
+            match answer {
+                Some(Ok(())) => break,
+                Some(Err(e)) if retriable(&e) && Instant::now() < deadline => {}
                 // Still refused after the transaction timeout (the cluster is down): the
                 // transaction is given up, and the partition read again from its last commit
                 // once the cluster answers.
-                Err(Sent::Refused(e)) if retriable(&e) => {
+                Some(Err(e)) if retriable(&e) => {
                     return Err(TxnError::Interrupted {
                         key: key.clone(),
                         why: format!("offsets refused for {} s: {e}", TXN_TIMEOUT.as_secs()),
                     })
                 }
-                Err(Sent::Refused(e)) => return Err(txn_error(key, "commit", e)),
-                Err(Sent::Unanswered) => {
+                Some(Err(e)) => return Err(txn_error(key, "commit", e)),
+                None => {
                     return Err(TxnError::Abandoned {
                         key: key.clone(),
                         why: format!(

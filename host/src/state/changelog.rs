@@ -16,7 +16,7 @@ pub struct ChangeRecord {
     pub key: Arc<str>,
     /// The encoded value (write time, then the stage's bytes; shared with the state's log);
     /// none: a tombstone.
-    pub value: Option<super::Encoded>,
+    pub value: Option<super::encoding::Encoded>,
     /// The source offset whose outcome the write belongs to (see [`ChangelogAcks`]).
     pub tag: i64,
 }

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use super::Encoded;
+use super::encoding::Encoded;
 
 /// A bucket (its index in the stage's `state.buckets`) and a key (shared: a write's key is
 /// held by the call's writes, the log, the map and its change record at once).
