@@ -44,6 +44,9 @@ pub struct Metrics {
     pub committed_offset: IntGaugeVec,
     /// Per partition: end offset minus committed offset.
     pub consumer_lag: IntGaugeVec,
+    /// Per topic: partitions whose group's committed offset has stood still while input waits
+    /// (the group watch, `source.kafka.stalled_after`).
+    pub partitions_stalled: IntGaugeVec,
     /// Rebalance callbacks by kind (`assign`, `revoke`, `error`).
     pub rebalances: IntCounterVec,
     /// Offset commits by result (`ok`, `error`).
@@ -325,6 +328,11 @@ impl Metrics {
                 "weir_consumer_lag",
                 "End offset minus committed offset, per partition.",
                 &["topic", "partition"],
+            ),
+            partitions_stalled: gauge_vec(
+                "weir_kafka_partitions_stalled",
+                "Partitions of the topic whose group's committed offset has not moved for source.kafka.stalled_after while input waits (unowned, or their owner makes no progress).",
+                &["topic"],
             ),
             flow_control: counter_vec(
                 "weir_flow_control_total",

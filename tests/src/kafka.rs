@@ -520,7 +520,7 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) 
         .create()
         .expect("producer");
     for (part, k, v) in records {
-        let mut rec = BaseRecord::to(topic)
+        let rec = BaseRecord::to(topic)
             .partition(*part)
             .key(k.as_bytes())
             .payload(v.as_bytes())
@@ -528,18 +528,27 @@ pub fn produce(bootstrap: &str, topic: &str, records: &[(i32, String, String)]) 
                 key: "origin",
                 value: Some(k.as_bytes()),
             }));
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(5));
-                }
-            }
-        }
+        send(&p, rec);
     }
     // Long enough to ride out a cluster stopped for a while (the fault tests).
     p.flush(Duration::from_secs(120)).expect("flush");
+}
+
+/// Sends `rec`, polling while the producer's queue is full.
+pub fn send<K, P>(p: &BaseProducer, mut rec: BaseRecord<'_, K, P>)
+where
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                rec = r;
+                p.poll(Duration::from_millis(5));
+            }
+        }
+    }
 }
 
 /// The sum of the offsets a run report says were committed (`kafka.committed`), i.e. how many

@@ -1020,3 +1020,117 @@ fn stop_at_end_on_hundreds_of_partitions_does_not_wait_per_partition() {
     );
     assert!(took < Duration::from_secs(40), "took {took:?}");
 }
+
+/// The group watch (`source.kafka.stalled_after`): a member of the group that owns partitions
+/// and makes no progress (this test's own consumer: it joins, takes its share, reads and never
+/// commits) leaves its partitions stalled while input keeps coming. Weir, owning the others,
+/// counts exactly those in `weir_kafka_partitions_stalled` and names them in its log. Once the
+/// stuck member leaves, Weir takes them over, reads their backlog, and the count goes back to 0.
+#[test]
+fn on_kafka_the_partitions_a_stuck_member_holds_are_counted_stalled_until_they_move_again() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::ClientConfig;
+
+    let b = kafka(&[("in", 4), ("out", 4), ("dlq", 1)]);
+    let group = "g-stuck";
+    let stuck: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &b.bootstrap)
+        .set("group.id", group)
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("the stuck member");
+    stuck.subscribe(&["in"]).expect("subscribe");
+    let owned = |c: &BaseConsumer| c.assignment().map_or(0, |a| a.count());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while owned(&stuck) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck member got no assignment in 30 s"
+        );
+        let _ = stuck.poll(Duration::from_millis(50));
+    }
+    let producer = trickle(
+        &b,
+        "in",
+        records(1600, 4, |i| format!("v{i}")),
+        80,
+        Duration::from_millis(250),
+    );
+    let port = free_port();
+    let s = scratch!();
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(
+            &b.bootstrap,
+            group,
+            &stage("pass", PASSTHROUGH, &[]),
+            "    stalled_after: 6s",
+            &format!("  metrics: 127.0.0.1:{port}\n"),
+        ),
+    );
+    let c = spawn_weir(&s, "p.yaml", "weir.log");
+    let stalled = || {
+        weir_tests::try_scrape(port, "/metrics")
+            .ok()
+            .and_then(|(_, body)| gauge(&body, "weir_kafka_partitions_stalled{topic=\"in\"}"))
+    };
+    let log = || std::fs::read_to_string(s.path("weir.log")).unwrap_or_default();
+    // The stuck member keeps its session (it polls) and what cooperative-sticky leaves it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    loop {
+        let _ = stuck.poll(Duration::from_millis(100));
+        let held = owned(&stuck);
+        last = stalled().or(last);
+        if held == 2 && last == Some(2.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "within 60 s: the stuck member holds {held} partitions, Weir counts {last:?} stalled (want 2 and 2)\n{}",
+            log()
+        );
+    }
+    let held: Vec<i32> = stuck
+        .assignment()
+        .expect("assignment")
+        .elements()
+        .iter()
+        .map(|e| e.partition())
+        .collect();
+    for p in &held {
+        assert!(
+            log().contains(&format!("in/{p}")) && log().contains("partition stalled"),
+            "Weir's log does not name stalled partition in/{p}:\n{}",
+            log()
+        );
+    }
+    // The stuck member leaves: Weir takes its partitions and their backlog over.
+    drop(stuck);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stalled() != Some(0.0) {
+        assert!(
+            Instant::now() < deadline,
+            "60 s after the stuck member left, Weir still counts {:?} stalled\n{}",
+            stalled(),
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    producer.join().expect("producer");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.read("out").len() < 1600 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 1600 came out within 60 s after the input ended\n{}",
+            b.read("out").len(),
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sigterm(&c);
+    wait_ok(c, "weir", &s, "weir.log");
+}

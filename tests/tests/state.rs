@@ -416,6 +416,18 @@ fn customer_orders(n: usize) -> Vec<(i32, String, String)> {
 /// Every customer's totals in output order must be exactly the running sums of its orders:
 /// each order counted once, in order, nothing lost, nothing doubled.
 fn assert_exact_totals(b: &Broker, orders: &[(i32, String, String)], s: &Scratch) {
+    assert_exact_totals_in(b, orders, s, ("g-state", ("in", 3)), OUTPUTS);
+}
+
+/// [`assert_exact_totals`] for `group` reading `input`, with its totals in the first of
+/// `outputs`.
+fn assert_exact_totals_in(
+    b: &Broker,
+    orders: &[(i32, String, String)],
+    s: &Scratch,
+    (group, input): (&str, (&str, i32)),
+    outputs: &[(&str, i32)],
+) {
     let mut expected: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut sum: BTreeMap<String, i64> = BTreeMap::new();
     for (_, k, v) in orders {
@@ -425,7 +437,7 @@ fn assert_exact_totals(b: &Broker, orders: &[(i32, String, String)], s: &Scratch
         expected.entry(k.clone()).or_default().push(*t);
     }
     let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for r in b.read("out") {
+    for r in b.read(outputs[0].0) {
         let v: Value = serde_json::from_str(&r.value).expect("JSON output");
         got.entry(r.key)
             .or_default()
@@ -449,7 +461,7 @@ fn assert_exact_totals(b: &Broker, orders: &[(i32, String, String)], s: &Scratch
         panic!(
             "totals differ:\n{}\n{}",
             diff.join("\n"),
-            evidence::state(b, s, "g-state", ("in", 3), OUTPUTS)
+            evidence::state(b, s, group, input, outputs)
         );
     }
 }
@@ -596,6 +608,130 @@ fn on_kafka_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
 #[test]
 fn on_kafka_kip848_three_members_joining_and_leaving_keep_exact_totals_exactly_once() {
     three_members_keep_exact_totals(weir_tests::kafka::Protocol::Consumer);
+}
+
+/// The sequence that left 3 of 6 partitions without an owner for 6 minutes on tansu, on
+/// Apache Kafka under each group protocol at once (one input, a group and outputs per
+/// protocol: cooperative-sticky, eager, KIP-848): three stateful exactly-once members share
+/// 6 partitions; one stops (SIGTERM), another is killed (`kill -9`) right after, and a fourth
+/// joins while orders keep coming. Every order must come out, with exact totals, within
+/// 150 s of the churn (the dead member's session is 6 s): no partition is left unowned.
+#[test]
+fn on_kafka_a_stop_a_kill_and_a_join_at_once_leave_no_partition_unowned_under_each_protocol() {
+    use std::time::{Duration, Instant};
+    use weir_tests::kafka::{kafka, sigterm, spawn_weir, trickle, wait_ok, Protocol};
+
+    let protocols = [
+        ("coop", "", Protocol::Classic),
+        ("eager", "    assignor: eager", Protocol::Classic),
+        ("kip848", "", Protocol::Consumer),
+    ];
+    let mut topics = vec![("in", 6)];
+    let outs: Vec<(String, String)> = protocols
+        .iter()
+        .map(|(tag, ..)| (format!("out-{tag}"), format!("dlq-{tag}")))
+        .collect();
+    for (out, dlq) in &outs {
+        topics.push((out.as_str(), 6));
+        topics.push((dlq.as_str(), 1));
+    }
+    let b = kafka(&topics);
+    // 18 customers, 3 on each partition.
+    let orders: Vec<(i32, String, String)> = (0..2400)
+        .map(|i| {
+            let j = i % 18;
+            (
+                j % 6,
+                format!("c{j}"),
+                format!("{{\"amount\":{},\"order\":{i}}}", i % 5 + 1),
+            )
+        })
+        .collect();
+    // About 30 s of input: the churn happens while it arrives.
+    let producer = trickle(&b, "in", orders.clone(), 100, Duration::from_millis(300));
+    let s = scratch!();
+    std::thread::scope(|scope| {
+        for ((tag, extra, protocol), (out, dlq)) in protocols.iter().zip(&outs) {
+            let (b, s, orders) = (&b, &s, &orders);
+            scope.spawn(move || {
+                let group = format!("g-{tag}");
+                let outputs = [(out.as_str(), 6), (dlq.as_str(), 1)];
+                for i in 0..4 {
+                    let yaml = protocol
+                        .apply(&kafka_pipeline(
+                            &b.bootstrap,
+                            &group,
+                            &stateful("total", RUNNING_TOTAL, "{ buckets: [totals] }", &[]),
+                            extra,
+                            &format!("  state_dir: {tag}-state-{i}\ndelivery: exactly-once\n"),
+                        ))
+                        // Its own changelog topics (named for the pipeline).
+                        .replace("name: kafka-test", &format!("name: churn-{tag}"))
+                        .replace(
+                            "report: report.json",
+                            &format!("report: {tag}-report-{i}.json"),
+                        )
+                        .replace("topic: out\n", &format!("topic: {out}\n"))
+                        .replace("topic: dlq\n", &format!("topic: {dlq}\n"));
+                    s.write(&format!("{tag}-{i}.yaml"), &yaml);
+                }
+                let progress = |before: &[Option<i64>], log: &str| {
+                    evidence::wait_commit_progress(b, s, &group, ("in", 6), &outputs, before, log);
+                };
+                let spawn = |i: usize| {
+                    let log = format!("{tag}-member-{i}.log");
+                    (spawn_weir(s, &format!("{tag}-{i}.yaml"), &log), log)
+                };
+                // Each member runs (it has partitions, past its start-up) before the next.
+                let assigned = |log: &str| {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while !std::fs::read_to_string(s.path(log))
+                        .unwrap_or_default()
+                        .contains("partitions assigned")
+                    {
+                        assert!(
+                            Instant::now() < deadline,
+                            "{tag}: {log} got no partitions within 60 s: {}",
+                            evidence::state(b, s, &group, ("in", 6), &outputs)
+                        );
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                };
+                let mut members = Vec::new();
+                for i in 0..3 {
+                    let before = b.committed(&group, "in", 6);
+                    let (c, log) = spawn(i);
+                    assigned(&log);
+                    progress(&before, &log);
+                    members.push((c, log));
+                }
+                let (mut killed, _) = members.remove(2);
+                let (stopped, stopped_log) = members.remove(1);
+                sigterm(&stopped);
+                killed.kill().expect("kill -9");
+                killed.wait().expect("reaped");
+                members.push(spawn(3));
+                wait_ok(stopped, "the member stopped with SIGTERM", s, &stopped_log);
+                let deadline = Instant::now() + Duration::from_secs(150);
+                while b.read(out).len() < orders.len() {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{tag}: {} of {} totals came out: {}",
+                        b.read(out).len(),
+                        orders.len(),
+                        evidence::state(b, s, &group, ("in", 6), &outputs)
+                    );
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                for (c, log) in members {
+                    sigterm(&c);
+                    wait_ok(c, "a member", s, &log);
+                }
+                assert_exact_totals_in(b, orders, s, (&group, ("in", 6)), &outputs);
+            });
+        }
+    });
+    producer.join().expect("producer");
 }
 
 fn three_members_keep_exact_totals(protocol: weir_tests::kafka::Protocol) {

@@ -60,6 +60,14 @@ pub struct KafkaSource {
     #[serde(default = "default_revoke_timeout", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub revoke_timeout: Duration,
+    /// The group watch: a partition of the topics whose group's committed offset has not moved
+    /// for this long while input waits (no member owns it, or its owner makes no progress)
+    /// counts in `weir_kafka_partitions_stalled` and is logged. Every member watches the whole
+    /// group, with a client of its own that does not join it. Default: two sessions
+    /// (`session.timeout.ms`, else 45 s). `0s` turns the watch off.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub stalled_after: Option<Duration>,
     /// Any librdkafka consumer property (`session.timeout.ms`, `security.protocol`, …). These
     /// win over the values Weir sets, except `enable.auto.commit` and
     /// `enable.auto.offset.store`, which Weir owns.
@@ -253,6 +261,13 @@ impl KafkaSource {
             .get("session.timeout.ms")
             .and_then(|v| property_text(v).trim().parse().ok())
             .map_or(DEFAULT_SESSION, std::time::Duration::from_millis)
+    }
+
+    /// How long a partition's commit may stand still while input waits before the group watch
+    /// calls it stalled: `stalled_after`, else two sessions.
+    pub fn stalled_after(&self) -> Duration {
+        self.stalled_after
+            .unwrap_or_else(|| self.session_timeout() * 2)
     }
 }
 

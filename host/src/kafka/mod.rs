@@ -1,13 +1,14 @@
 //! librdkafka plumbing shared by the Kafka source ([`crate::source::kafka`]) and sink
 //! ([`crate::sink::kafka`]): client settings and the log bridge, record conversion, and the
 //! embedded broker (librdkafka's mock cluster) for the quickstart, `weir broker` and tests;
-//! the errors that end a run ([`fatal`]), the start-up checks ([`preflight`]) and moving a
+//! offsets as the broker answers them ([`offsets`]); the errors that end a run ([`fatal`]), the start-up checks ([`preflight`]) and moving a
 //! group's offsets ([`reset`]).
 
 pub mod client;
 pub mod embedded;
 pub mod fatal;
 pub mod group;
+pub mod offsets;
 pub mod preflight;
 pub mod queued;
 pub mod record;

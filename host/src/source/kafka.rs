@@ -28,6 +28,7 @@ use super::{Handler, Item, PartitionKey, Source, SourceError};
 use crate::config::{KafkaSource as KafkaSourceConfig, StartFrom};
 use crate::kafka::fatal::{is_topic_gone, ClientFailure, FatalSlot};
 use crate::kafka::group::GroupSlot;
+use crate::kafka::offsets::of as offsets;
 use crate::message::Envelope;
 use crate::metrics::Metrics;
 
@@ -158,6 +159,8 @@ pub struct KafkaSource {
     fatal: Arc<FatalSlot>,
     /// With `^patterns` among the topics: what they match, checked again every refresh.
     patterns: Option<PatternWatch>,
+    /// The whole group's stalled partitions, watched on a thread of its own.
+    _watch: Option<super::group_watch::GroupWatch>,
 }
 
 /// Re-matches `^pattern` subscriptions. librdkafka 2.12 matches a pattern when the
@@ -272,6 +275,7 @@ impl KafkaSource {
             .subscribe(&topics)
             .map_err(kafka(format!("subscribing to {}", topics.join(","))))?;
         let confirmed = Confirmations::new(metrics.clone());
+        let watch = super::group_watch::GroupWatch::start(cfg, metrics.clone());
         Ok(KafkaSource {
             queue: CommitQueue::new(&consumer, confirmed.clone()),
             consumer,
@@ -284,6 +288,7 @@ impl KafkaSource {
             group_taken: std::time::Instant::now(),
             fatal,
             patterns,
+            _watch: watch,
         })
     }
 
@@ -506,22 +511,6 @@ impl KafkaSource {
         }
         starts
     }
-}
-
-/// The offsets in a list returned by the broker, per partition (unset ones left out).
-fn offsets(tpl: Option<&TopicPartitionList>) -> HashMap<PartitionKey, i64> {
-    tpl.map(|t| {
-        t.elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) if e.error().is_ok() => {
-                    Some((PartitionKey::new(e.topic(), e.partition()), o))
-                }
-                _ => None,
-            })
-            .collect()
-    })
-    .unwrap_or_default()
 }
 
 impl Source for KafkaSource {

@@ -11,6 +11,7 @@
 //!   ended at end of input; a commit is remembered, not sent anywhere.
 
 mod commit_queue;
+pub mod group_watch;
 mod high_watermark;
 pub mod jsonl;
 pub mod kafka;
