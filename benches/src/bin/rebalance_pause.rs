@@ -2,9 +2,10 @@
 //! delivering while a group rebalances, under the classic protocol with the eager assignor,
 //! the classic protocol with cooperative-sticky, and KIP-848's consumer protocol.
 //!
-//! On three Apache Kafka brokers (replication factor 3), per protocol: an input topic of
-//! `--partitions` partitions (240) written at `--rate` records a second (4,800: 20 a second
-//! per partition), four `weir` members in one group (at-least-once), each tagging what it
+//! On three Apache Kafka brokers (replication factor 3; a fresh cluster per protocol): an input topic of
+//! `--partitions` partitions (240) written at `--rate` records a second (1,200: 5 a second
+//! per partition; at 4,800 the three brokers and five members saturated this machine's two
+//! cores and every partition stalled for seconds with no event at all), four `weir` members in one group (at-least-once), each tagging what it
 //! delivers with its name (the `json-enrich` stage), and a reader of the output that notes
 //! when each input partition's records arrive and who delivered them. Then, 30 s apart:
 //!
@@ -12,15 +13,17 @@
 //! * **leave**: that member stops (SIGTERM);
 //! * **kill**: one of the four is killed (`kill -9`; its session is 6 s).
 //!
+//! * **none** comes first: the same 30 s with no event, the measure's noise floor.
+//!
 //! For each event and each partition: its owner before the event and once the group settled
 //! (who delivered its last record before the event, and its last record in the window), and its
 //! **pause**: the longest gap between two of its outputs from the event to 30 s after it
-//! (a partition delivers every 50 ms at the default rate). A partition that did not move is
+//! (a partition delivers every 200 ms at the default rate). A partition that did not move is
 //! one whose owner is the same before and after. The result: per event, the partitions that
 //! moved and did not, and their pauses (median, 99th percentile, largest).
 //!
 //! Run: `benches/scripts/rebalance-pause.sh` (results: docs/BENCHMARKS.md, "Rebalance pause").
-//!   rebalance-pause --weir target/release/weir [--partitions 240] [--rate 4800]
+//!   rebalance-pause --weir target/release/weir [--partitions 240] [--rate 1200]
 //!                   [--protocols eager,cooperative,consumer]
 
 use std::collections::BTreeMap;
@@ -52,7 +55,7 @@ fn args() -> Args {
     let mut a = Args {
         weir: "target/release/weir".into(),
         partitions: 240,
-        rate: 4800,
+        rate: 1200,
         protocols: vec!["eager".into(), "cooperative".into(), "consumer".into()],
     };
     let mut it = std::env::args().skip(1);
@@ -78,14 +81,16 @@ fn main() {
         .unwrap_or_else(|e| panic!("the weir binary {}: {e}", a.weir))
         .display()
         .to_string();
-    eprintln!("starting three Apache Kafka brokers");
-    let b = Broker::apache_cluster(3, &[("dlq", 1)]);
     println!(
         "| protocol | event | moved | pause of moved: p50 / max | not moved | pause of not moved: p50 / p99 / max |"
     );
     println!("|---|---|---:|---|---:|---|");
     let mut summary = BTreeMap::new();
     for protocol in &a.protocols {
+        // A fresh cluster per protocol: the same conditions for each, and no earlier round's
+        // topics to replicate.
+        eprintln!("{protocol}: starting three Apache Kafka brokers");
+        let b = Broker::apache_cluster(3, &[("dlq", 1)]);
         let rows = round(&b, &weir, protocol, &a);
         for (event, r) in &rows {
             println!(
@@ -144,11 +149,34 @@ fn round(b: &Broker, weir: &str, protocol: &str, a: &Args) -> Vec<(&'static str,
     let (input, output) = (format!("in-{protocol}"), format!("out-{protocol}"));
     b.create_topic(&input, a.partitions);
     b.create_topic(&output, OUT_PARTITIONS);
-    let s = Scratch::new(weir);
+    // Kept (not deleted) when the round fails, or always with `WEIR_KEEP`: the members' logs.
+    let scratch = std::mem::ManuallyDrop::new(Scratch::new(weir));
+    let s: &Scratch = &scratch;
+    let keep = std::env::var_os("WEIR_KEEP").is_some();
+    eprintln!(
+        "{protocol}: the members' files are in {}",
+        s.dir.path().display()
+    );
+    // `WEIR_PAUSE_DEBUG=cgrp,topic`: librdkafka's debug contexts in every member's log.
+    let debug = std::env::var("WEIR_PAUSE_DEBUG")
+        .map(|d| format!("      debug: {d}\n"))
+        .unwrap_or_default();
+    let properties = |classic: bool| {
+        let mut p = String::new();
+        if classic {
+            p.push_str("      session.timeout.ms: 6000\n      heartbeat.interval.ms: 500\n");
+        }
+        p.push_str(&debug);
+        if p.is_empty() {
+            p
+        } else {
+            format!("    properties:\n{p}")
+        }
+    };
     let group_settings = match protocol {
-        "eager" => "    assignor: eager\n    properties: { session.timeout.ms: 6000, heartbeat.interval.ms: 500 }\n",
-        "cooperative" => "    properties: { session.timeout.ms: 6000, heartbeat.interval.ms: 500 }\n",
-        "consumer" => "    group_protocol: consumer\n",
+        "eager" => format!("    assignor: eager\n{}", properties(true)),
+        "cooperative" => properties(true),
+        "consumer" => format!("    group_protocol: consumer\n{}", properties(false)),
         other => panic!("unknown protocol {other} (eager, cooperative, consumer)"),
     };
     for m in 0..5 {
@@ -184,7 +212,7 @@ reject:
     let mut members: Vec<Option<Running>> = Vec::new();
     for m in 0..4 {
         members.push(Some(spawn_weir(
-            &s,
+            s,
             &format!("m{m}.yaml"),
             &format!("m{m}.log"),
         )));
@@ -192,17 +220,39 @@ reject:
     }
     eprintln!("{protocol}: four members started; settling");
     settle(&arrivals, Duration::from_secs(120));
+    for (m, c) in members.iter_mut().enumerate() {
+        if let Some(st) = c.as_mut().and_then(|c| c.try_wait().expect("a member")) {
+            panic!(
+                "member {m} exited ({st}): {}",
+                std::fs::read_to_string(s.path(&format!("m{m}.log"))).unwrap_or_default()
+            );
+        }
+    }
     std::thread::sleep(Duration::from_secs(10));
     let mut events = Vec::new();
+    // No event: what the same measure gives while nothing happens (the noise floor).
+    events.push(("none", Instant::now()));
+    std::thread::sleep(WINDOW);
     eprintln!("{protocol}: a fifth member joins");
     events.push(("join", Instant::now()));
-    members.push(Some(spawn_weir(&s, "m4.yaml", "m4.log")));
+    members.push(Some(spawn_weir(s, "m4.yaml", "m4.log")));
     std::thread::sleep(WINDOW);
     eprintln!("{protocol}: the fifth member leaves");
     events.push(("leave", Instant::now()));
-    let leaving = members[4].take().expect("the fifth member");
+    let mut leaving = members[4].take().expect("the fifth member");
     sigterm(&leaving);
-    drop(leaving);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leaving
+        .try_wait()
+        .expect("waiting for the fifth member")
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the fifth member did not stop within 60 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::thread::sleep(WINDOW);
     eprintln!("{protocol}: a member is killed");
     events.push(("kill", Instant::now()));
@@ -217,6 +267,9 @@ reject:
         sigterm(m);
     }
     drop(members);
+    if !keep {
+        drop(std::mem::ManuallyDrop::into_inner(scratch));
+    }
     let arrivals = arrivals.lock().expect("arrivals");
     events
         .into_iter()
@@ -256,7 +309,7 @@ fn pauses(arrivals: &Arrivals, at: Instant) -> Pauses {
         moved: Vec::new(),
         stayed: Vec::new(),
     };
-    for v in arrivals {
+    for (i, v) in arrivals.iter().enumerate() {
         let Some(&(before_t, before)) = v.iter().rev().find(|(t, _)| *t < at) else {
             continue;
         };
@@ -271,6 +324,12 @@ fn pauses(arrivals: &Arrivals, at: Instant) -> Pauses {
         if after.is_none() {
             gap = end.duration_since(before_t);
         }
+        if std::env::var_os("WEIR_DETAIL").is_some() && gap > Duration::from_millis(400) {
+            eprintln!(
+                "partition {i}: member {before} before, {after:?} after, pause {gap:?} ending {:?} after the event",
+                last_gap_end(v, at, end).map(|t| t.duration_since(at))
+            );
+        }
         if after == Some(before) {
             p.stayed.push(gap);
         } else {
@@ -278,6 +337,19 @@ fn pauses(arrivals: &Arrivals, at: Instant) -> Pauses {
         }
     }
     p
+}
+
+/// When the longest gap after `at` ended (for the detail lines).
+fn last_gap_end(v: &[(Instant, u8)], at: Instant, end: Instant) -> Option<Instant> {
+    let mut last = v.iter().rev().find(|(t, _)| *t < at)?.0;
+    let mut best = (Duration::ZERO, None);
+    for (t, _) in v.iter().filter(|(t, _)| *t >= at && *t < end) {
+        if t.duration_since(last) > best.0 {
+            best = (t.duration_since(last), Some(*t));
+        }
+        last = *t;
+    }
+    best.1
 }
 
 /// Writes `rate` records a second over every partition of `topic`, in 10 ms ticks.
@@ -334,7 +406,7 @@ fn read(
         .set("bootstrap.servers", &b.bootstrap)
         .set("group.id", "pause-reader")
         .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
+        .set("fetch.wait.max.ms", "50")
         .create()
         .expect("reader");
     let mut tpl = TopicPartitionList::new();
