@@ -222,9 +222,14 @@ impl Broker {
     /// Creates a topic through the admin API, replicated on up to 3 nodes (Apache Kafka;
     /// `weir broker` takes `create` on stdin).
     pub fn create_topic(&self, topic: &str, partitions: i32) {
+        let rf = self.cluster.as_ref().map_or(1, |c| c.size().min(3)) as i32;
+        self.create_topic_with(topic, partitions, rf);
+    }
+
+    /// Creates `topic` with `partitions` partitions, each on `rf` brokers.
+    pub fn create_topic_with(&self, topic: &str, partitions: i32, rf: i32) {
         let admin: AdminClient<DefaultClientContext> =
             self.client().create().expect("admin client");
-        let rf = self.cluster.as_ref().map_or(1, |c| c.size().min(3)) as i32;
         let new = [NewTopic::new(
             topic,
             partitions,

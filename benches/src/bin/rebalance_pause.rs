@@ -2,7 +2,9 @@
 //! delivering while a group rebalances, under the classic protocol with the eager assignor,
 //! the classic protocol with cooperative-sticky, and KIP-848's consumer protocol.
 //!
-//! On three Apache Kafka brokers (replication factor 3; a fresh cluster per protocol): an input topic of
+//! On three Apache Kafka brokers (a fresh cluster per protocol; the topics' partitions on
+//! `--replication` of them, 1 by default: with 3, this machine's two cores could not carry the
+//! brokers' replication and five members, and partitions stalled for seconds with no event): an input topic of
 //! `--partitions` partitions (240) written at `--rate` records a second (1,200: 5 a second
 //! per partition; at 4,800 the three brokers and five members saturated this machine's two
 //! cores and every partition stalled for seconds with no event at all), four `weir` members in one group (at-least-once), each tagging what it
@@ -23,7 +25,7 @@
 //! moved and did not, and their pauses (median, 99th percentile, largest).
 //!
 //! Run: `benches/scripts/rebalance-pause.sh` (results: docs/BENCHMARKS.md, "Rebalance pause").
-//!   rebalance-pause --weir target/release/weir [--partitions 240] [--rate 1200]
+//!   rebalance-pause --weir target/release/weir [--partitions 240] [--rate 1200] [--replication 1]
 //!                   [--protocols eager,cooperative,consumer]
 
 use std::collections::BTreeMap;
@@ -48,6 +50,7 @@ struct Args {
     weir: String,
     partitions: i32,
     rate: usize,
+    replication: i32,
     protocols: Vec<String>,
 }
 
@@ -56,6 +59,7 @@ fn args() -> Args {
         weir: "target/release/weir".into(),
         partitions: 240,
         rate: 1200,
+        replication: 1,
         protocols: vec!["eager".into(), "cooperative".into(), "consumer".into()],
     };
     let mut it = std::env::args().skip(1);
@@ -65,8 +69,11 @@ fn args() -> Args {
             "--weir" => a.weir = value,
             "--partitions" => a.partitions = value.parse().expect("--partitions N"),
             "--rate" => a.rate = value.parse().expect("--rate N"),
+            "--replication" => a.replication = value.parse().expect("--replication N"),
             "--protocols" => a.protocols = value.split(',').map(str::to_owned).collect(),
-            other => panic!("unknown flag {other} (--weir, --partitions, --rate, --protocols)"),
+            other => panic!(
+                "unknown flag {other} (--weir, --partitions, --rate, --replication, --protocols)"
+            ),
         }
     }
     a
@@ -147,8 +154,8 @@ fn pct(v: &[Duration], p: usize) -> Duration {
 /// One protocol's round: its topics, four members, the three events; the pauses per event.
 fn round(b: &Broker, weir: &str, protocol: &str, a: &Args) -> Vec<(&'static str, Pauses)> {
     let (input, output) = (format!("in-{protocol}"), format!("out-{protocol}"));
-    b.create_topic(&input, a.partitions);
-    b.create_topic(&output, OUT_PARTITIONS);
+    b.create_topic_with(&input, a.partitions, a.replication);
+    b.create_topic_with(&output, OUT_PARTITIONS, a.replication);
     // Kept (not deleted) when the round fails, or always with `WEIR_KEEP`: the members' logs.
     let scratch = std::mem::ManuallyDrop::new(Scratch::new(weir));
     let s: &Scratch = &scratch;

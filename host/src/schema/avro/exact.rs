@@ -5,7 +5,8 @@
 
 use proptest::prelude::*;
 
-use super::{put_long, AvroSchema};
+use super::binary::put_long;
+use super::AvroSchema;
 
 /// A record of every number kind whose JSON form is read back into binary.
 const NUMBERS: &str = r#"{"type":"record","name":"N","fields":[

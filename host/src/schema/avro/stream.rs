@@ -11,10 +11,10 @@
 
 use std::borrow::Cow;
 
-use super::{
-    decimal_from, fast_timestamp, float32_of, in_units, put_bytes, put_long, put_minimal_be,
-    AvroSchema, Node,
-};
+use super::binary::{put_bytes, put_long};
+use super::logical::{decimal_from, fast_timestamp, in_units, put_minimal_be};
+use super::text::{float32_of, plain_run, POW10};
+use super::{AvroSchema, Node};
 use crate::schema::json::Json;
 
 /// A cursor over JSON text. `None` from any method: give up (not the common shape, or not JSON).
@@ -346,50 +346,6 @@ impl Number {
             Number::Float(f) => f,
         }
     }
-}
-
-/// Exact powers of ten in f64.
-pub(super) const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-];
-
-/// How many bytes from the start are plain string content: not `"`, `\\` or a control
-/// character. Eight at a time (a word's bytes tested at once), then one at a time.
-pub(super) fn plain_run(s: &[u8]) -> usize {
-    run(s, false)
-}
-
-/// [`plain_run`] that also stops at the first byte that is not ASCII.
-pub(super) fn plain_ascii_run(s: &[u8]) -> usize {
-    run(s, true)
-}
-
-#[inline(always)]
-fn run(s: &[u8], ascii: bool) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    let high = if ascii { HIGH } else { 0 };
-    let mut i = 0;
-    while let Some(chunk) = s.get(i..i + 8) {
-        let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-        let special = has_zero(x ^ (ONES * u64::from(b'"')))
-            | has_zero(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH)
-            | (x & high);
-        if special != 0 {
-            break;
-        }
-        i += 8;
-    }
-    while s
-        .get(i)
-        .is_some_and(|&b| b != b'"' && b != b'\\' && b >= 0x20 && !(ascii && b >= 0x80))
-    {
-        i += 1;
-    }
-    i
 }
 
 impl AvroSchema {
