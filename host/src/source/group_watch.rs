@@ -157,11 +157,18 @@ impl GroupWatch {
 fn watch(consumer: &BaseConsumer, w: &Watched, metrics: &Metrics, stopped: &mpsc::Receiver<()>) {
     let mut stalls = Stalls::default();
     let mut reported: BTreeSet<PartitionKey> = BTreeSet::new();
-    let mut topics_shown: BTreeSet<String> = BTreeSet::new();
+    // Named topics show 0 from the start (a stall is only known `after` a first look).
+    for t in &w.names {
+        metrics.partitions_stalled.with_label_values(&[t]).set(0);
+    }
+    let mut topics_shown: BTreeSet<String> = w.names.iter().cloned().collect();
+    let mut first = true;
     loop {
-        match stopped.recv_timeout(w.every) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
+        if !std::mem::take(&mut first) {
+            match stopped.recv_timeout(w.every) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
         }
         let Some(keys) = partitions(consumer, w) else {
             continue;
