@@ -122,8 +122,19 @@ pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("(unreadable: {e})"));
     let lines: Vec<&str> = text.lines().collect();
     let from = lines.len().saturating_sub(TAIL);
+    // Weir's own warnings and errors from the whole log first (what went wrong is often
+    // long before the end), then the tail.
+    let warned: Vec<&str> = lines[..from]
+        .iter()
+        .filter(|l| l.contains(" WARN weir::") || l.contains(" ERROR weir::"))
+        .copied()
+        .collect();
+    let warned = &warned[warned.len().saturating_sub(4 * TAIL)..];
     format!(
-        "\n--- {} (last {} of {} lines) ---\n{}",
+        "\n--- {} (Weir's last {} warnings before the tail) ---\n{}\n--- {} (last {} of {} lines) ---\n{}",
+        path.display(),
+        warned.len(),
+        warned.join("\n"),
         path.display(),
         lines.len() - from,
         lines.len(),

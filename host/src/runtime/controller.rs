@@ -77,7 +77,8 @@ impl Controller {
                 key,
                 generation,
                 from,
-            } => self.rewind(key, generation, from),
+                ask,
+            } => self.rewind(key, generation, from, ask),
             DriverEvent::Fenced {
                 key,
                 generation,
@@ -115,17 +116,22 @@ impl Controller {
         for (key, (generation, from, _)) in due {
             self.fenced.remove(&key);
             tracing::warn!(%key, from, "fenced, and still this member's a session later: read again from its last commit");
-            self.rewind(key, generation, from);
+            self.rewind(key, generation, from, true);
         }
     }
 
     /// A lane whose transaction the group's move forced to abort: it is replaced by a new
     /// lane (a new generation; its state restored from the changelog) that reads the
     /// partition again from `from`. Nothing if the lane is gone already (revoked meanwhile).
-    fn rewind(&mut self, key: crate::message::PartitionKey, generation: u64, from: i64) {
+    fn rewind(&mut self, key: crate::message::PartitionKey, generation: u64, from: i64, ask: bool) {
         if self.core.lane_generation(&key) != Some(generation) {
             return;
         }
+        let from = if ask {
+            self.source.settled(&key, from)
+        } else {
+            from
+        };
         use crate::source::Handler as _;
         // The end the partition was to be read to (`stop_at_end`), if it was known already.
         let end = self.core.lane(&key).and_then(|l| l.end);

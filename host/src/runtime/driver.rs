@@ -116,6 +116,9 @@ pub enum DriverEvent {
         generation: u64,
         /// The offset the aborted transaction began at.
         from: i64,
+        /// Whether the transaction may have committed after all (its commit call failed, not
+        /// its producer abandoned): the source is asked where the partition stands first.
+        ask: bool,
     },
     /// A partition's transaction was fenced between revokes (exactly-once): another
     /// producer took its transactional id, the broker timed the transaction out, or the
@@ -555,6 +558,9 @@ impl Driver {
                             key,
                             generation,
                             from,
+                            // An abandoned producer's transaction never commits (its commit
+                            // was never asked for); any other may have.
+                            ask: !matches!(e, TxnError::Abandoned { .. }),
                         }
                     });
                 }

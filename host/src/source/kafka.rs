@@ -38,6 +38,9 @@ const GROUP_REFRESH: Duration = Duration::from_millis(100);
 const BURST: usize = 1024;
 /// Longest a blocking broker request (sync commit, end offsets) may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a rewind asks for the group's committed offset of the partition (see
+/// [`KafkaSource::settled_commit`]).
+const SETTLE_PATIENCE: Duration = Duration::from_secs(15);
 
 /// A rebalance librdkafka announced, waiting for `poll` to act on it.
 enum Pending {
@@ -532,6 +535,10 @@ impl Source for KafkaSource {
             })
     }
 
+    fn settled(&mut self, key: &PartitionKey, at: i64) -> i64 {
+        self.settled_commit(key, at)
+    }
+
     fn poll(&mut self, to: &mut dyn Handler, timeout: Duration) -> Result<(), SourceError> {
         if let Some(f) = self.fatal.get() {
             return Err(SourceError::Client(f));
@@ -688,6 +695,40 @@ impl KafkaSource {
     }
 
     /// Commits synchronously (while the partitions are still owned).
+    /// Where a partition whose transaction failed really stands: `at` (its transaction's
+    /// first offset), or the group's committed offset if that is further. A commit that
+    /// timed out can still complete (its coordinator had written the decision before it went
+    /// away, and the next one finishes it): its records are then visible and its offsets
+    /// committed, and reading again from `at` would deliver them twice. The group's offset is
+    /// asked for as a `read_committed` client asks (stable offsets: once the transaction is
+    /// settled), for up to [`SETTLE_PATIENCE`]; without an answer, `at`.
+    fn settled_commit(&self, key: &PartitionKey, at: i64) -> i64 {
+        let deadline = std::time::Instant::now() + SETTLE_PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.consumer.committed_offsets(tpl_of([key]), left) {
+                Ok(tpl) => {
+                    let committed = offsets(Some(&tpl)).get(key).copied();
+                    return match committed {
+                        Some(c) if c > at => {
+                            tracing::warn!(%key, at, committed = c, "the transaction thought failed did commit: reading again from the group's committed offset");
+                            c
+                        }
+                        _ => at,
+                    };
+                }
+                Err(e) if left > Duration::from_millis(200) => {
+                    tracing::debug!(%key, "asking for the committed offset before reading again: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => {
+                    tracing::warn!(%key, at, "the committed offset is unknown ({e}); reading again from the transaction's start");
+                    return at;
+                }
+            }
+        }
+    }
+
     fn commit_now(&self, offsets: &[(PartitionKey, i64)]) -> Result<(), SourceError> {
         let tpl = self.owned(offsets);
         if tpl.count() == 0 {

@@ -138,6 +138,13 @@ pub trait Source: Send {
             offset: at,
         })
     }
+    /// Where a partition whose transaction failed (and may have committed after all) really
+    /// stands: `at`, or further if the source knows better (a Kafka group's committed offset,
+    /// asked once the transaction is settled). Asked before [`Source::rewind`] when the
+    /// transaction's outcome is the broker's to say.
+    fn settled(&mut self, _key: &PartitionKey, at: i64) -> i64 {
+        at
+    }
 }
 
 impl SourceConfig {
