@@ -73,6 +73,10 @@ def rows(path):
     found = {}
     name = None
     for line in text.splitlines():
+        # A `change:` block's `time:` line holds percentages against criterion's last
+        # saved run, not a time: skipped.
+        if "%" in line:
+            continue
         m = re.match(r"^(\S.*?)\s+time:\s+\[(.*)\]", line)
         if m:
             name = m.group(1).strip()
@@ -86,6 +90,9 @@ def rows(path):
             mid = m2.group(1).split()[2:4]
         found[name] = float(mid[0]) * unit[mid[1]]
     return found
+def median(v):
+    v = sorted(v)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 def fmt(ns):
     if ns >= 1e6: return f"{ns/1e6:.2f} ms"
     if ns >= 1e3: return f"{ns/1e3:.2f} µs"
@@ -97,8 +104,7 @@ head = " | ".join([f"{short} #{r}" for r in range(1, rounds + 1)] + [f"tree #{r}
 print(f"| row | {head} | change (medians) |")
 print("|---|" + "---:|" * (2 * rounds) + "---:|")
 for n in names:
-    o = sorted(x[n] for x in olds)[len(olds) // 2]
-    w = sorted(x[n] for x in news)[len(news) // 2]
+    o, w = median([x[n] for x in olds]), median([x[n] for x in news])
     cells = " | ".join(fmt(x[n]) for x in olds + news)
     print(f"| {n} | {cells} | {100 * (w - o) / o:+.0f} % |")
 EOF
