@@ -653,6 +653,23 @@ pub fn spawn_weir(s: &Scratch, yaml: &str, log: &str) -> Running {
     )
 }
 
+/// Whether the log file `log` in `s` shows `text` within `within` (read again every 50 ms).
+pub fn log_shows(s: &Scratch, log: &str, text: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if std::fs::read_to_string(s.path(log))
+            .unwrap_or_default()
+            .contains(text)
+        {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn sigterm(c: &Child) {
     let ok = std::process::Command::new("kill")
         .args(["-TERM", &c.id().to_string()])

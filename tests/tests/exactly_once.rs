@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use weir_tests::kafka::{
-    high_watermarks, kafka, kafka_pipeline, records, sigterm, spawn_weir, trickle, wait_ok, Broker,
-    Protocol, Running,
+    high_watermarks, kafka, kafka_pipeline, log_shows, records, sigterm, spawn_weir, trickle,
+    wait_ok, Broker, Protocol, Running,
 };
 use weir_tests::plugins::MISBEHAVE;
 use weir_tests::{evidence, scratch, stage, Scratch};
@@ -427,14 +427,15 @@ fn zombie_fenced(protocol: Protocol) {
         &yaml.replace("commit_interval: 100ms", "commit_interval: 60s"),
     );
     let zombie = spawn_weir(&s, "zombie.yaml", "zombie.log");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(s.path("zombie.log"))
-        .unwrap_or_default()
-        .contains("partitions assigned")
-    {
-        assert!(Instant::now() < deadline, "the zombie got no partitions");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        log_shows(
+            &s,
+            "zombie.log",
+            "partitions assigned",
+            Duration::from_secs(60)
+        ),
+        "the zombie got no partitions"
+    );
     std::thread::sleep(Duration::from_secs(1));
     // Paused past the session timeout (6 s in the test pipeline) with its transactions open.
     signal(&zombie, "STOP");

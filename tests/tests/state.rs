@@ -619,7 +619,7 @@ fn on_kafka_kip848_three_members_joining_and_leaving_keep_exact_totals_exactly_o
 #[test]
 fn on_kafka_a_stop_a_kill_and_a_join_at_once_leave_no_partition_unowned_under_each_protocol() {
     use std::time::{Duration, Instant};
-    use weir_tests::kafka::{kafka, sigterm, spawn_weir, trickle, wait_ok, Protocol};
+    use weir_tests::kafka::{kafka, log_shows, sigterm, spawn_weir, trickle, wait_ok, Protocol};
 
     let protocols = [
         ("coop", "", Protocol::Classic),
@@ -684,18 +684,11 @@ fn on_kafka_a_stop_a_kill_and_a_join_at_once_leave_no_partition_unowned_under_ea
                 };
                 // Each member runs (it has partitions, past its start-up) before the next.
                 let assigned = |log: &str| {
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while !std::fs::read_to_string(s.path(log))
-                        .unwrap_or_default()
-                        .contains("partitions assigned")
-                    {
-                        assert!(
-                            Instant::now() < deadline,
-                            "{tag}: {log} got no partitions within 60 s: {}",
-                            evidence::state(b, s, &group, ("in", 6), &outputs)
-                        );
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
+                    assert!(
+                        log_shows(s, log, "partitions assigned", Duration::from_secs(60)),
+                        "{tag}: {log} got no partitions within 60 s: {}",
+                        evidence::state(b, s, &group, ("in", 6), &outputs)
+                    );
                 };
                 let mut members = Vec::new();
                 for i in 0..3 {

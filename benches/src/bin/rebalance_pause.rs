@@ -322,10 +322,14 @@ fn pauses(arrivals: &Arrivals, at: Instant) -> Pauses {
         };
         let during: Vec<&(Instant, u8)> = v.iter().filter(|(t, _)| *t >= at && *t < end).collect();
         let after = during.last().map(|(_, m)| *m);
-        let mut gap = Duration::ZERO;
+        // The longest gap from the last output before the event, and when it ended (none
+        // after the event: the whole window).
+        let (mut gap, mut ended) = (Duration::ZERO, None);
         let mut last = before_t;
         for (t, _) in &during {
-            gap = gap.max(t.duration_since(last));
+            if t.duration_since(last) > gap {
+                (gap, ended) = (t.duration_since(last), Some(*t));
+            }
             last = *t;
         }
         if after.is_none() {
@@ -334,7 +338,7 @@ fn pauses(arrivals: &Arrivals, at: Instant) -> Pauses {
         if std::env::var_os("WEIR_DETAIL").is_some() && gap > Duration::from_millis(400) {
             eprintln!(
                 "partition {i}: member {before} before, {after:?} after, pause {gap:?} ending {:?} after the event",
-                last_gap_end(v, at, end).map(|t| t.duration_since(at))
+                ended.map(|t| t.duration_since(at))
             );
         }
         if after == Some(before) {
@@ -344,19 +348,6 @@ fn pauses(arrivals: &Arrivals, at: Instant) -> Pauses {
         }
     }
     p
-}
-
-/// When the longest gap after `at` ended (for the detail lines).
-fn last_gap_end(v: &[(Instant, u8)], at: Instant, end: Instant) -> Option<Instant> {
-    let mut last = v.iter().rev().find(|(t, _)| *t < at)?.0;
-    let mut best = (Duration::ZERO, None);
-    for (t, _) in v.iter().filter(|(t, _)| *t >= at && *t < end) {
-        if t.duration_since(last) > best.0 {
-            best = (t.duration_since(last), Some(*t));
-        }
-        last = *t;
-    }
-    best.1
 }
 
 /// Writes `rate` records a second over every partition of `topic`, in 10 ms ticks.

@@ -184,6 +184,11 @@ pub fn is_pattern(topic: &str) -> bool {
     topic.starts_with('^')
 }
 
+/// Whether one of `patterns` (a subscription's) matches `topic`; internal topics (`__…`) never.
+pub fn pattern_matches(patterns: &[regex_lite::Regex], topic: &str) -> bool {
+    !topic.starts_with("__") && patterns.iter().any(|p| p.is_match(topic))
+}
+
 /// The consumer group's partition assignment protocol.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -261,6 +266,16 @@ impl KafkaSource {
             .get("session.timeout.ms")
             .and_then(|v| property_text(v).trim().parse().ok())
             .map_or(DEFAULT_SESSION, std::time::Duration::from_millis)
+    }
+
+    /// The `topics` entries that are regular expressions, compiled (one that does not compile
+    /// is refused when the file is loaded).
+    pub fn patterns(&self) -> Vec<regex_lite::Regex> {
+        self.topics
+            .iter()
+            .filter(|t| is_pattern(t))
+            .filter_map(|t| regex_lite::Regex::new(t).ok())
+            .collect()
     }
 
     /// How long a partition's commit may stand still while input waits before the group watch

@@ -22,8 +22,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use kafka::{
-    is_pattern, property_text, Assignor, GroupProtocol, KafkaSink, KafkaSource, StartFrom,
-    DEFAULT_SESSION,
+    is_pattern, pattern_matches, property_text, Assignor, GroupProtocol, KafkaSink, KafkaSource,
+    StartFrom, DEFAULT_SESSION,
 };
 pub use load::{load, load_str, ConfigError};
 pub use locate::line_of_path;

@@ -23,12 +23,13 @@ use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::Client;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::fatal::{classify, ClientFailure, FailureKind};
+use super::retry::{any_of, asked_again, COORDINATOR_MOVING, LEADER_MOVING};
 use crate::config::{
     is_pattern, Delivery, KafkaSink, KafkaSource, PipelineConfig, SinkConfig, SourceConfig,
 };
@@ -395,7 +396,7 @@ fn source(
         }
         let parts = m.partitions().len();
         let first = m.partitions().first().map_or(0, |p| p.id());
-        let (lo, hi) = asked_again(timeout, LEADER_MOVING, |left| {
+        let (lo, hi) = asked_again(timeout, any_of(LEADER_MOVING), |left| {
             consumer.fetch_watermarks(t, first, left)
         })
         .map_err(client_err(name, &format!("reading topic `{t}`")))?;
@@ -422,51 +423,13 @@ fn source(
     Ok(())
 }
 
-/// Answers that mean the group's coordinator is not ready yet: a cluster just started creates
-/// `__consumer_offsets` first; a coordinator that moved, or is loading the group, answers so for
-/// a moment.
-const COORDINATOR_MOVING: &[RDKafkaErrorCode] = &[
-    RDKafkaErrorCode::NotCoordinator,
-    RDKafkaErrorCode::CoordinatorNotAvailable,
-    RDKafkaErrorCode::CoordinatorLoadInProgress,
-];
-
-/// Answers that mean a partition's leader is not elected yet or is moving: a topic just
-/// created, a broker just restarted.
-const LEADER_MOVING: &[RDKafkaErrorCode] = &[
-    RDKafkaErrorCode::NotLeaderForPartition,
-    RDKafkaErrorCode::LeaderNotAvailable,
-];
-
-/// `ask` (given the time left) asked again while the cluster answers with one of `passing`,
-/// until `timeout`: not a reason to refuse the start.
-fn asked_again<T>(
-    timeout: Duration,
-    passing: &[RDKafkaErrorCode],
-    mut ask: impl FnMut(Duration) -> Result<T, KafkaError>,
-) -> Result<T, KafkaError> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match ask(left) {
-            Err(e)
-                if e.rdkafka_error_code().is_some_and(|c| passing.contains(&c))
-                    && left > Duration::from_millis(200) =>
-            {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            r => return r,
-        }
-    }
-}
-
 /// The group's committed offsets, asked again while its coordinator is not ready.
 fn committed_offsets<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     tpl: &TopicPartitionList,
     timeout: Duration,
 ) -> Result<TopicPartitionList, KafkaError> {
-    asked_again(timeout, COORDINATOR_MOVING, |left| {
+    asked_again(timeout, any_of(COORDINATOR_MOVING), |left| {
         consumer.committed_offsets(tpl.clone(), left)
     })
 }
@@ -607,47 +570,4 @@ fn transactions(
         what: format!("transactional id `{id}` initialised (exactly-once)"),
     });
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refused(code: RDKafkaErrorCode) -> KafkaError {
-        KafkaError::MetadataFetch(code)
-    }
-
-    #[test]
-    fn a_leader_not_elected_yet_is_asked_again_and_other_answers_are_final() {
-        let mut asked = 0;
-        let r = asked_again(Duration::from_secs(5), LEADER_MOVING, |_| {
-            asked += 1;
-            match asked {
-                1 => Err(refused(RDKafkaErrorCode::NotLeaderForPartition)),
-                2 => Err(refused(RDKafkaErrorCode::LeaderNotAvailable)),
-                _ => Ok(asked),
-            }
-        });
-        assert_eq!(r.ok(), Some(3));
-        let mut asked = 0;
-        let r: Result<(), _> = asked_again(Duration::from_secs(5), LEADER_MOVING, |_| {
-            asked += 1;
-            Err(refused(RDKafkaErrorCode::TopicAuthorizationFailed))
-        });
-        assert!(r.is_err());
-        assert_eq!(asked, 1);
-    }
-
-    #[test]
-    fn asking_again_stops_at_the_timeout_with_the_last_answer() {
-        let start = Instant::now();
-        let r: Result<(), _> = asked_again(Duration::from_millis(500), COORDINATOR_MOVING, |_| {
-            Err(refused(RDKafkaErrorCode::CoordinatorLoadInProgress))
-        });
-        assert_eq!(
-            r.err().and_then(|e| e.rdkafka_error_code()),
-            Some(RDKafkaErrorCode::CoordinatorLoadInProgress)
-        );
-        assert!(start.elapsed() < Duration::from_secs(2));
-    }
 }

@@ -130,12 +130,7 @@ impl GroupWatch {
                 .filter(|t| !crate::config::is_pattern(t))
                 .cloned()
                 .collect(),
-            patterns: cfg
-                .topics
-                .iter()
-                .filter(|t| crate::config::is_pattern(t))
-                .filter_map(|t| regex_lite::Regex::new(t).ok())
-                .collect(),
+            patterns: cfg.patterns(),
             // Four looks per `after`, at most one every 30 s and at least one a second.
             every: (after / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)),
             after,
@@ -233,8 +228,7 @@ fn partitions(consumer: &BaseConsumer, w: &Watched) -> Option<BTreeSet<Partition
         .iter()
         .filter(|t| {
             let name = t.name();
-            w.names.iter().any(|n| n == name)
-                || (!name.starts_with("__") && w.patterns.iter().any(|p| p.is_match(name)))
+            w.names.iter().any(|n| n == name) || crate::config::pattern_matches(&w.patterns, name)
         })
         .flat_map(|t| {
             t.partitions()

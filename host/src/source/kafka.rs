@@ -184,12 +184,7 @@ struct PatternWatch {
 
 impl PatternWatch {
     fn new(cfg: &KafkaSourceConfig) -> Option<Self> {
-        let patterns: Vec<regex_lite::Regex> = cfg
-            .topics
-            .iter()
-            .filter(|t| crate::config::is_pattern(t))
-            .filter_map(|t| regex_lite::Regex::new(t).ok())
-            .collect();
+        let patterns = cfg.patterns();
         if patterns.is_empty() {
             return None;
         }
@@ -221,7 +216,7 @@ impl PatternWatch {
         meta.topics()
             .iter()
             .map(|t| t.name())
-            .filter(|n| !n.starts_with("__") && self.patterns.iter().any(|p| p.is_match(n)))
+            .filter(|n| crate::config::pattern_matches(&self.patterns, n))
             .map(str::to_owned)
             .collect()
     }
@@ -703,28 +698,20 @@ impl KafkaSource {
     /// asked for as a `read_committed` client asks (stable offsets: once the transaction is
     /// settled), for up to [`SETTLE_PATIENCE`]; without an answer, `at`.
     fn settled_commit(&self, key: &PartitionKey, at: i64) -> i64 {
-        let deadline = std::time::Instant::now() + SETTLE_PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.consumer.committed_offsets(tpl_of([key]), left) {
-                Ok(tpl) => {
-                    let committed = offsets(Some(&tpl)).get(key).copied();
-                    return match committed {
-                        Some(c) if c > at => {
-                            tracing::warn!(%key, at, committed = c, "the transaction thought failed did commit: reading again from the group's committed offset");
-                            c
-                        }
-                        _ => at,
-                    };
-                }
-                Err(e) if left > Duration::from_millis(200) => {
-                    tracing::debug!(%key, "asking for the committed offset before reading again: {e}");
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => {
-                    tracing::warn!(%key, at, "the committed offset is unknown ({e}); reading again from the transaction's start");
-                    return at;
-                }
+        let answer = crate::kafka::retry::asked_again(
+            SETTLE_PATIENCE,
+            |_| true,
+            |left| self.consumer.committed_offsets(tpl_of([key]), left),
+        );
+        match answer.map(|tpl| offsets(Some(&tpl)).get(key).copied()) {
+            Ok(Some(c)) if c > at => {
+                tracing::warn!(%key, at, committed = c, "the transaction thought failed did commit: reading again from the group's committed offset");
+                c
+            }
+            Ok(_) => at,
+            Err(e) => {
+                tracing::warn!(%key, at, "the committed offset is unknown ({e}); reading again from the transaction's start");
+                at
             }
         }
     }
