@@ -53,13 +53,7 @@ pub fn home() -> PathBuf {
     home
 }
 
-/// A free loopback port (bound, then let go).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+use crate::free_port;
 
 /// How a cluster is set up beyond the defaults.
 #[derive(Default, Clone)]

@@ -158,12 +158,32 @@ pub fn stage(name: &str, plugin: &str, config: &[(&str, &str)]) -> String {
     s
 }
 
-/// A free loopback port (for a metrics listener).
+/// A free loopback port for a listener a test starts (a broker, a metrics endpoint).
+///
+/// Chosen at random below the kernel's ephemeral range, and never the same twice in one
+/// process. A port the kernel hands out (binding port 0) is an ephemeral one, which every
+/// client connection of every test running beside this one can take as its own port between
+/// the moment it is let go and the moment the broker binds it, or while a broker is down
+/// between restarts: Kafka then fails with `Unable to start acceptor`.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (lo, hi) = (10_000u16, ephemeral.max(10_001));
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let port = lo + (h.finish() % u64::from(hi - lo)) as u16;
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {lo}..{hi} after 1000 tries");
 }
 
 /// `GET path` on a local HTTP listener: status code and body.

@@ -209,6 +209,76 @@ fn on_kafka_a_member_joining_while_a_killed_one_is_in_its_session_gets_its_parti
     assert_exactly_once(&b, &s, group, n);
 }
 
+#[test]
+fn on_kafka_offsets_a_killed_member_left_in_its_open_transaction_do_not_hold_up_the_next_one() {
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let n = 300;
+    b.produce("in", &records(n, PARTS, value));
+    // The partition's transactional id (`weir.<group>.<topic>.<partition>`): the next owner's
+    // producer fences it, which aborts the transaction and its offsets.
+    let group = "g-pending";
+    let pending = b.open_transaction_with_offsets(&format!("weir.{group}.in.0"), group, "in", 50);
+    let asked = Instant::now();
+    assert_eq!(b.committed(group, "in", PARTS), [None, None, None]);
+    let asked = asked.elapsed();
+    assert!(
+        asked < Duration::from_secs(5),
+        "the committed offsets took {asked:?} to read while a transaction holds some"
+    );
+    let s = scratch!();
+    pipeline(&b, &s, group);
+    let started = Instant::now();
+    let c = spawn_weir(&s, "p.yaml", "run.log");
+    wait_all_visible(&b, &s, group, n, "the member after the killed one");
+    let took = started.elapsed();
+    sigterm(&c);
+    wait_ok(c, "the member after the killed one", &s, "run.log");
+    assert_exactly_once(&b, &s, group, n);
+    // The open transaction would last ten minutes: only its fencing ends it this early.
+    assert!(
+        took < Duration::from_secs(30),
+        "every input came out {took:?} after the start: {}",
+        evidence::tail(&s.path("run.log"))
+    );
+    drop(pending);
+}
+
+#[test]
+fn on_kafka_a_start_position_never_moves_a_partition_whose_committed_offset_a_transaction_holds() {
+    let b = kafka(&[("in", PARTS), ("out", PARTS), ("dlq", 1)]);
+    let group = "g-pending-start";
+    let s = scratch!();
+    let stages = stage("m", MISBEHAVE, &[]);
+    // Where a partition without a committed offset starts: its first offset.
+    s.write(
+        "p.yaml",
+        &kafka_pipeline(
+            &b.bootstrap,
+            group,
+            &stages,
+            "    start: \"+0\"\n",
+            "delivery: exactly-once\n",
+        ),
+    );
+    let n = 300;
+    b.produce("in", &records(n, PARTS, value));
+    let c = spawn_weir(&s, "p.yaml", "run-0.log");
+    wait_all_visible(&b, &s, group, n, "the first run");
+    sigterm(&c);
+    wait_ok(c, "the first run", &s, "run-0.log");
+    let all = records(2 * n, PARTS, value);
+    b.produce("in", &all[n..]);
+    // A member killed inside its commit: the committed offsets are not stable until the next
+    // owner fences it, and a start position must not take their place meanwhile.
+    let pending = b.open_transaction_with_offsets(&format!("weir.{group}.in.0"), group, "in", 150);
+    let c = spawn_weir(&s, "p.yaml", "run-1.log");
+    wait_all_visible(&b, &s, group, 2 * n, "the run after the killed member");
+    sigterm(&c);
+    wait_ok(c, "the run after the killed member", &s, "run-1.log");
+    assert_exactly_once(&b, &s, group, 2 * n);
+    drop(pending);
+}
+
 /// Killed during start-up, then twice with work produced and not committed, while the input
 /// trickles in; then a run until every input is visible and a SIGTERM.
 fn kill_9_three_times(delivery: &str, protocol: Protocol) -> (Broker, Scratch, usize) {

@@ -448,14 +448,28 @@ impl KafkaSource {
     /// committed offset starts, set in `tpl` (one request for the committed offsets, one for
     /// the times or the ends). A partition whose look-up fails starts as librdkafka's
     /// `auto.offset.reset` says (earliest for an offset, latest for a time).
+    ///
+    /// Committed offsets that cannot be read leave every partition where the group's
+    /// committed offset puts it: a start position never takes the place of an offset that
+    /// may exist. (The broker holds back a group's offsets while a transaction holding some
+    /// of them is open, as a member killed inside its commit leaves one until this member's
+    /// producer fences it; starting those partitions at the configured position read
+    /// everything after it again.)
     fn positional_starts(&self, tpl: &mut TopicPartitionList) -> HashMap<PartitionKey, i64> {
         let keys = keys_of(tpl);
-        let committed = offsets(
-            self.consumer
-                .committed_offsets(tpl_of(&keys), REQUEST_TIMEOUT)
-                .ok()
-                .as_ref(),
-        );
+        let committed = match self
+            .consumer
+            .committed_offsets(tpl_of(&keys), REQUEST_TIMEOUT)
+        {
+            Ok(c) => offsets(Some(&c)),
+            Err(e) => {
+                tracing::warn!(
+                    "committed offsets unknown ({e}): the newly assigned partitions start at \
+                     their committed offsets, else as `auto.offset.reset` says, not at `start`"
+                );
+                return HashMap::new();
+            }
+        };
         let fresh: Vec<&PartitionKey> = keys
             .iter()
             .filter(|k| !committed.contains_key(*k))
