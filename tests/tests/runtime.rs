@@ -57,6 +57,10 @@ struct World {
     read: usize,
     /// Partitions the runtime asked the source to read again from an offset.
     rewinds: usize,
+    /// Partitions the source holds paused now (the runtime's backpressure).
+    paused: BTreeSet<PartitionKey>,
+    /// Rewinds of a partition the source held paused.
+    rewound_paused: usize,
     /// Exactly-once: the broker's side of the transactions.
     txn: TxnWorld,
     /// Stateful stages' changelog partitions: (topic, partition) → acknowledged (or, under
@@ -124,6 +128,8 @@ struct Shared {
     fail_changelog: AtomicBool,
     /// The sink's acknowledgements report failure.
     fail_acks: AtomicBool,
+    /// Transactional commits wait in the client (the driver's thread blocks in them).
+    hold_commits: AtomicBool,
     /// The sink panics on its next write (a bug in a driver's thread).
     panic: AtomicBool,
     /// Exactly-once: records go into their partition's open transaction.
@@ -148,6 +154,7 @@ impl Shared {
             changelog_stall: AtomicBool::new(false),
             fail_changelog: AtomicBool::new(false),
             fail_acks: AtomicBool::new(false),
+            hold_commits: AtomicBool::new(false),
             panic: AtomicBool::new(false),
             eos: AtomicBool::new(false),
             stage: Mutex::new(None),
@@ -343,6 +350,8 @@ enum Step {
     /// The sink holds (true) or acknowledges (false) from now on; releasing acknowledges
     /// what it held.
     Stall(bool),
+    /// Transactional commits block in the client while set (the lanes back up behind them).
+    HoldCommits(bool),
     /// The sink acknowledges the first this many records it holds (and goes on holding).
     AckFirst(usize),
     /// The changelog holds (true) or acknowledges (false) from now on; releasing
@@ -389,6 +398,8 @@ struct FakeSource {
     ended: BTreeSet<PartitionKey>,
     committed: BTreeMap<PartitionKey, i64>,
     waiting_since: Option<Instant>,
+    /// When the script ran out (the run must end soon after: see [`FakeSource::poll`]).
+    script_done: Option<Instant>,
 }
 
 impl FakeSource {
@@ -402,7 +413,40 @@ impl FakeSource {
             ended: BTreeSet::new(),
             committed: BTreeMap::new(),
             waiting_since: None,
+            script_done: None,
         }
+    }
+
+    /// Fails the run when it is still polled long after its script ended: a run that never
+    /// ends would hang the test binary (and the suite) instead of failing with what it saw.
+    fn watchdog(&mut self) {
+        if !self.script.is_empty() {
+            self.script_done = None;
+            return;
+        }
+        let since = *self.script_done.get_or_insert_with(Instant::now);
+        if since.elapsed() < Duration::from_secs(30) {
+            return;
+        }
+        let w = self.shared.world();
+        let logs: BTreeMap<String, usize> = w
+            .logs
+            .iter()
+            .map(|(k, l)| (k.to_string(), l.len()))
+            .collect();
+        panic!(
+            "the run did not end 30 s after its script did: read positions {:?}, paused {:?}, \
+             ended {:?}, closed {:?}, logs {logs:?}, group commits {:?}, transactional commits \
+             {:?}, open transactions {:?}, rewinds {}",
+            self.owned,
+            self.paused,
+            self.ended,
+            w.closed,
+            self.committed,
+            w.txn.committed,
+            w.txn.open.keys().collect::<Vec<_>>(),
+            w.rewinds,
+        );
     }
 
     fn commit_checked(&mut self, offsets: &[(PartitionKey, i64)], sync: bool) {
@@ -478,6 +522,7 @@ impl FakeSource {
                     to.assigned(&keys);
                 }
                 Step::Revoke(keys) => self.revoke(&keys, to),
+                Step::HoldCommits(on) => self.shared.hold_commits.store(on, Ordering::SeqCst),
                 Step::Stall(on) => {
                     self.shared.stall.store(on, Ordering::SeqCst);
                     if !on {
@@ -499,7 +544,8 @@ impl FakeSource {
                     if !cond(&self.shared.world()) {
                         assert!(
                             since.elapsed() < Duration::from_secs(10),
-                            "a scripted wait timed out"
+                            "a scripted wait timed out ({} steps after it)",
+                            self.script.len()
                         );
                         self.script.push_front(step);
                         return;
@@ -549,6 +595,7 @@ impl FakeSource {
 impl Source for FakeSource {
     fn poll(&mut self, to: &mut dyn Handler, timeout: Duration) -> Result<(), SourceError> {
         self.step(to);
+        self.watchdog();
         let mut any = false;
         let keys: Vec<PartitionKey> = self.owned.keys().cloned().collect();
         for k in keys {
@@ -622,7 +669,11 @@ impl Source for FakeSource {
             .expect("rewind of a partition not owned");
         *pos = at;
         self.ended.remove(key);
-        self.shared.world().rewinds += 1;
+        let mut w = self.shared.world();
+        w.rewinds += 1;
+        if self.paused.contains(key) {
+            w.rewound_paused += 1;
+        }
         Ok(())
     }
 
@@ -635,12 +686,14 @@ impl Source for FakeSource {
 
     fn pause(&mut self, keys: &[PartitionKey]) {
         self.paused.extend(keys.iter().cloned());
+        self.shared.world().paused = self.paused.clone();
     }
 
     fn resume(&mut self, keys: &[PartitionKey]) {
         for k in keys {
             self.paused.remove(k);
         }
+        self.shared.world().paused = self.paused.clone();
     }
 
     fn high_watermark(&self, key: &PartitionKey) -> Option<i64> {
@@ -768,6 +821,9 @@ impl Transactions for FakeTxns {
     }
 
     fn commit(&self, key: &PartitionKey, next: i64) -> Result<(), TxnError> {
+        while self.shared.hold_commits.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let mut w = self.shared.world();
         if w.txn.hang_at.get(key).is_some_and(|&at| next >= at) {
             w.txn.hang_at.remove(key);
@@ -1739,6 +1795,40 @@ fn exactly_once_a_commit_that_went_through_but_answered_a_timeout_is_not_deliver
         1,
         "the answer was lost once"
     );
+}
+
+/// A partition paused by backpressure when its transaction fails and it is read again: the
+/// new lane starts unpaused, so the source must read it again too (it stayed paused: the run
+/// hung, once in a full suite run, with a refused commit under load).
+#[test]
+fn exactly_once_a_partition_paused_when_it_is_read_again_is_resumed() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        1,
+        vec![
+            Step::Assign(vec![p(0)]),
+            // The driver blocks in its first commit: its lane backs up, and is paused.
+            Step::HoldCommits(true),
+            Step::Append(p(0), oks(5000)),
+            Step::Until(|w| w.paused.contains(&p(0))),
+            // That commit is refused (the group moved on): the partition is read again.
+            Step::RefuseCommitAt(p(0), 0),
+            Step::HoldCommits(false),
+            Step::Until(|w| w.rewinds >= 1),
+            Step::Close(vec![p(0)]),
+        ],
+    );
+    assert!(out.controller.error.is_none(), "{:?}", out.controller);
+    assert!(out.controller.reached_end, "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.txn.refused >= 1, "the commit was refused");
+    assert_eq!(
+        w.rewound_paused, 1,
+        "the partition was paused when it was read again"
+    );
+    assert_visible_once(&w, &p(0), 5000);
+    assert_eq!(w.txn.committed.get(&p(0)), Some(&5000));
 }
 
 /// Two partitions; `fault` strikes partition 0's commit at offset 100 or later (`struck`

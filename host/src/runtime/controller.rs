@@ -144,6 +144,10 @@ impl Controller {
                     .with_label_values(&["rewind"])
                     .inc();
                 self.core.assigned(std::slice::from_ref(&key));
+                // The new lane starts unpaused: so must the partition, which backpressure
+                // may have paused in the source (a seek keeps a pause; it stayed paused for
+                // good, and the partition was read no more).
+                self.source.resume(std::slice::from_ref(&key));
             }
             Err(e) => self.core.fail(e.into()),
         }
