@@ -234,18 +234,41 @@ pub fn process_cpu_time() -> std::time::Duration {
 
 #[cfg(test)]
 mod tests {
+    /// This thread's CPU time (a part of the process's).
+    #[allow(unsafe_code)]
+    fn thread_cpu_time() -> std::time::Duration {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID exists on Linux.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID");
+        std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    }
+
     #[test]
     fn process_cpu_time_grows_with_work() {
+        // Spins until this thread has used 20 ms of CPU (not 20 ms of wall time: on a loaded
+        // machine the thread may get a fraction of that), which the process's time includes.
         let before = super::process_cpu_time();
-        let t = std::time::Instant::now();
+        let thread_before = thread_cpu_time();
+        let wall = std::time::Instant::now();
         let mut n = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(30) {
-            n = std::hint::black_box(n.wrapping_add(1));
+        while thread_cpu_time() - thread_before < std::time::Duration::from_millis(20) {
+            assert!(
+                wall.elapsed() < std::time::Duration::from_secs(30),
+                "no CPU time in 30 s"
+            );
+            for _ in 0..10_000 {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
         }
+        let spun = thread_cpu_time() - thread_before;
         let used = super::process_cpu_time().saturating_sub(before);
         assert!(
-            used >= std::time::Duration::from_millis(10),
-            "30 ms of spinning used {used:?} of CPU time"
+            used >= spun,
+            "the process's CPU time grew by {used:?} while one of its threads used {spun:?}"
         );
     }
 }
