@@ -4,6 +4,9 @@
 //!    "Layers"): a module imports only modules of the layers below its own.
 //! 2. No import circle between files: files import each other in one direction only, a
 //!    `mod.rs` and the files under it included (what both need goes in a file of its own).
+//! 3. A module's insides ([`INSIDES`]) are imported only by files of that module: another
+//!    module uses what it offers (the engine's keyvalue bindings call `state::kv`, never
+//!    `state::log`'s slots).
 //!
 //! An import is any path through `crate::`, `super::` or `self::` (in `use` lines, with
 //! their `{…}` groups, and inline), outside comments and the `#[cfg(test)]` module at the
@@ -35,6 +38,10 @@ const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &["cli"],
 ];
+
+/// Files that are the insides of their top-level module: only that module's files import
+/// them.
+const INSIDES: &[&str] = &["state::log"];
 
 /// A module path: `["runtime", "lanes"]` for `runtime/lanes.rs`, `["runtime"]` for
 /// `runtime/mod.rs`, `[]` for `lib.rs` and `main.rs`.
@@ -244,6 +251,25 @@ fn layer_violations(root: &Path, layers: &[&[&str]]) -> Vec<String> {
     out.into_iter().collect()
 }
 
+/// Imports of another module's insides (one of `insides`), one line each.
+fn inside_violations(root: &Path, insides: &[&str]) -> Vec<String> {
+    let (g, paths) = graph(root);
+    let mut out = BTreeSet::new();
+    for (from, tos) in &g {
+        for to in tos {
+            let name = to.join("::");
+            if insides.contains(&name.as_str()) && from.first() != to.first() {
+                out.insert(format!(
+                    "host/src/{}: imports `{name}`, the insides of `{}`",
+                    paths[from].display(),
+                    to[0]
+                ));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// Import circles between files (a `mod.rs` that uses a file under it, which uses the
 /// `mod.rs` back, is one too), each as the files around it.
 fn circles(root: &Path) -> Vec<Vec<String>> {
@@ -335,6 +361,16 @@ fn every_import_of_the_host_points_down_the_layer_order() {
 }
 
 #[test]
+fn no_module_imports_the_insides_of_another() {
+    let bad = inside_violations(&host_src(), INSIDES);
+    assert!(
+        bad.is_empty(),
+        "imports of another module's insides:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
 fn no_import_circle_between_the_hosts_files() {
     let found = circles(&host_src());
     assert!(
@@ -377,7 +413,7 @@ fn the_checks_name_an_upward_import_and_a_circle() {
     w("low/b.rs", "pub fn f() { let _ = crate::low::a::A; }\n");
     w(
         "high.rs",
-        "use crate::low::Shared;\n#[cfg(test)]\nmod tests { use crate::side::Y; }\n",
+        "use crate::low::Shared;\npub fn h() { crate::room::kid::g(); }\n#[cfg(test)]\nmod tests { use crate::side::Y; }\n",
     );
     w("side.rs", "use crate::{high::{Thing}, low};\n");
     let layers: &[&[&str]] = &[&["low", "room"], &["high", "side"]];
@@ -391,7 +427,13 @@ fn the_checks_name_an_upward_import_and_a_circle() {
         "{bad:#?}"
     );
     assert_eq!(
-        circles(dir.path()),
+        inside_violations(dir.path(), &["room::kid"]),
+        ["host/src/high.rs: imports `room::kid`, the insides of `room`"]
+    );
+    let mut found = circles(dir.path());
+    found.sort();
+    assert_eq!(
+        found,
         [
             ["host/src/high.rs", "host/src/low/mod.rs"],
             ["host/src/low/a.rs", "host/src/low/b.rs"],

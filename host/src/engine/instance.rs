@@ -662,7 +662,7 @@ fn instantiate(
             spec.name.clone(),
             spec.memory,
             &spec.grants,
-            super::kv::Kv::new(
+            crate::state::kv::Kv::new(
                 spec.state.as_ref().map(|s| s.spec.clone()),
                 throwaway,
                 spec.memory,

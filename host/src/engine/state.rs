@@ -23,7 +23,7 @@ pub struct StageState {
     stderr: MemoryOutputPipe,
     stage: Arc<str>,
     /// The stage's buckets and the writes of the call in progress.
-    pub(crate) kv: super::kv::Kv,
+    pub(crate) kv: crate::state::kv::Kv,
 }
 
 impl StageState {
@@ -33,7 +33,7 @@ impl StageState {
         stage: Arc<str>,
         memory: usize,
         grants: &Grants,
-        kv: super::kv::Kv,
+        kv: crate::state::kv::Kv,
     ) -> Result<Self, String> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         // Without grants: no preopened directories, no environment, no arguments, no network.

@@ -13,6 +13,7 @@
 
 pub mod changelog;
 mod encoding;
+pub mod kv;
 pub mod log;
 pub mod store;
 
@@ -218,7 +219,7 @@ impl PartitionState {
     /// ([`Self::add_call`] says which number they made), a run rolled back, a TTL sweep's
     /// deletes, a restore, a store that lost a flush. While it stays the same, every value
     /// is what the last read of it (or the last write) said. (An instance keeps reads
-    /// between its calls by it: [`crate::engine::kv`].)
+    /// between its calls by it: [`kv`].)
     pub fn version(&self) -> u64 {
         self.lock().version
     }
