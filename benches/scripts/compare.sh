@@ -9,6 +9,7 @@
 #   benches/scripts/compare.sh REV [BENCH] [FILTER]
 #   benches/scripts/compare.sh 9e57115 stage 'boundary/(native|wasm_batch|wasm_typed)/(1|256)$'
 #   ROUNDS=3 benches/scripts/compare.sh HEAD~3 schema
+#   OLD_BIN=/tmp/stage-old benches/scripts/compare.sh 9e57115 stage   (REV's binary reused)
 #
 # BENCH is a bench of benches/Cargo.toml (default `stage`); FILTER is criterion's row filter (a
 # regular expression; default: every row).
@@ -37,6 +38,18 @@ if [ ! -d "$wt/target/release/deps" ] && [ -d "$root/target/release/deps" ]; the
     cp -al "$root/target/release/$d" "$wt/target/release/$d"
   done
 fi
+# Never the workspace's own crates: those are built again from the revision's sources, and a
+# build writes some files in place (a build script's output, dep-info), which through a hard
+# link rewrote this tree's files (the tests' plugin list of the old revision: this tree's
+# next build failed).
+for n in $(cargo metadata --no-deps --format-version 1 | python3 -c 'import json, sys
+m = json.load(sys.stdin)
+names = {p["name"] for p in m["packages"]}
+names |= {t["name"] for p in m["packages"] for t in p["targets"]}
+print("\n".join(sorted(names | {n.replace("-", "_") for n in names})))'); do
+  rm -rf "$wt/target/release/deps/$n-"* "$wt/target/release/deps/lib$n-"* \
+    "$wt/target/release/build/$n-"* "$wt/target/release/.fingerprint/$n-"*
+done
 
 # Builds BENCH in the workspace at $1 with target dir $2 and prints the bench binary's path.
 build() {
@@ -48,7 +61,8 @@ found = [j["executable"] for j in map(json.loads, sys.stdin.read().splitlines())
 print(found[-1])'
 }
 echo "building $bench at $short (worktree $wt/src) and at the working tree" >&2
-old="$(build "$wt/src" "$wt/target")"
+# OLD_BIN: a bench binary built at REV before (a copy: the next build there replaces it).
+old="${OLD_BIN:-$(build "$wt/src" "$wt/target")}"
 new="$(build "$root" "$root/target")"
 
 out="$(mktemp -d)"

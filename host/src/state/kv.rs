@@ -38,8 +38,9 @@ pub struct Kv {
     writes: CallWrites,
     /// Shadow candidate: writes stay in `writes` and are dropped after each call.
     throwaway: bool,
-    /// The write time of the call in progress (ms since the epoch; one clock read per call).
-    now: i64,
+    /// The write time of the call in progress (ms since the epoch), read at its first write:
+    /// one clock read per call that writes, none for the others.
+    now: std::cell::Cell<Option<i64>>,
     /// Per partition, the cache epoch last handed to the guest (`cache-epoch`).
     epochs: HashMap<PartitionKey, CacheEpoch>,
     /// The call in progress was handed its partition's cache epoch.
@@ -205,13 +206,18 @@ impl Kv {
 
     /// A call on `part`'s messages begins.
     pub fn begin_call(&mut self, part: Option<Arc<PartitionState>>) {
+        if self.spec.is_none() {
+            // A stage without state has nothing to begin (issue 55: it paid a clock read
+            // and the bookkeeping below on every call).
+            return;
+        }
         if std::mem::take(&mut self.asked) {
             // The last call was handed an epoch and did not return ([`Self::end_call`]): its
             // writes, which the guest kept, were dropped.
             self.stale_epoch();
         }
         self.part = part;
-        self.now = now_ms();
+        self.now.set(None);
         if !self.throwaway {
             self.writes.clear();
         }
@@ -221,7 +227,7 @@ impl Kv {
     /// messages `first..=tag` (the offsets the call answered). A throw-away instance keeps
     /// them to itself until the next batch.
     pub fn end_call(&mut self, first: i64, tag: i64) {
-        if self.throwaway {
+        if self.throwaway || self.spec.is_none() {
             return;
         }
         let asked = std::mem::take(&mut self.asked);
@@ -375,7 +381,7 @@ impl Kv {
         value
             .map(|v| {
                 self.check_size(key, v.len())?;
-                Ok(encode_shared(self.now, v))
+                Ok(encode_shared(self.write_time(), v))
             })
             .transpose()
     }
@@ -479,6 +485,15 @@ impl Kv {
         let sum = now.wrapping_add(delta);
         self.put(bucket, key, Some(&sum.to_le_bytes()))?;
         Ok(sum)
+    }
+
+    /// The write time of the call in progress (the clock read at its first write).
+    fn write_time(&self) -> i64 {
+        self.now.get().unwrap_or_else(|| {
+            let t = now_ms();
+            self.now.set(Some(t));
+            t
+        })
     }
 
     /// A value of `len` bytes for `key` is refused when over `state.max_value`.
