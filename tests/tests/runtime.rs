@@ -130,6 +130,8 @@ struct Shared {
     fail_acks: AtomicBool,
     /// Transactional commits wait in the client (the driver's thread blocks in them).
     hold_commits: AtomicBool,
+    /// Every transactional commit is refused (the group moved on).
+    refuse_commits: AtomicBool,
     /// The sink panics on its next write (a bug in a driver's thread).
     panic: AtomicBool,
     /// Exactly-once: records go into their partition's open transaction.
@@ -155,6 +157,7 @@ impl Shared {
             fail_changelog: AtomicBool::new(false),
             fail_acks: AtomicBool::new(false),
             hold_commits: AtomicBool::new(false),
+            refuse_commits: AtomicBool::new(false),
             panic: AtomicBool::new(false),
             eos: AtomicBool::new(false),
             stage: Mutex::new(None),
@@ -352,6 +355,8 @@ enum Step {
     Stall(bool),
     /// Transactional commits block in the client while set (the lanes back up behind them).
     HoldCommits(bool),
+    /// Every transactional commit from now on is refused (the group moved on).
+    RefuseCommits,
     /// The sink acknowledges the first this many records it holds (and goes on holding).
     AckFirst(usize),
     /// The changelog holds (true) or acknowledges (false) from now on; releasing
@@ -523,6 +528,7 @@ impl FakeSource {
                 }
                 Step::Revoke(keys) => self.revoke(&keys, to),
                 Step::HoldCommits(on) => self.shared.hold_commits.store(on, Ordering::SeqCst),
+                Step::RefuseCommits => self.shared.refuse_commits.store(true, Ordering::SeqCst),
                 Step::Stall(on) => {
                     self.shared.stall.store(on, Ordering::SeqCst);
                     if !on {
@@ -838,7 +844,8 @@ impl Transactions for FakeTxns {
         if lose_answer {
             w.txn.lose_answer_at.remove(key);
         }
-        let refuse_now = w.txn.refuse_at.get(key).is_some_and(|&at| next >= at);
+        let refuse_now = w.txn.refuse_at.get(key).is_some_and(|&at| next >= at)
+            || self.shared.refuse_commits.load(Ordering::SeqCst);
         if refuse_now {
             w.txn.refuse_at.remove(key);
         }
@@ -1829,6 +1836,43 @@ fn exactly_once_a_partition_paused_when_it_is_read_again_is_resumed() {
     );
     assert_visible_once(&w, &p(0), 5000);
     assert_eq!(w.txn.committed.get(&p(0)), Some(&5000));
+}
+
+/// A stop whose last commits are refused (the group moved on while the member drained):
+/// the run ends cleanly, the refused transactions' messages are not visible, and nothing is
+/// read again (it used to start new lanes on stopped drivers: `no driver is running`, once in
+/// a suite run of the three-member state test).
+#[test]
+fn exactly_once_a_stop_whose_commits_are_refused_ends_cleanly_at_the_last_commit() {
+    let shared = Shared::new();
+    let out = run_eos(
+        &shared,
+        2,
+        vec![
+            Step::Assign(vec![p(0), p(1)]),
+            Step::Append(p(0), oks(50)),
+            Step::Append(p(1), oks(50)),
+            Step::Until(|w| {
+                w.txn.committed.get(&p(0)) == Some(&50) && w.txn.committed.get(&p(1)) == Some(&50)
+            }),
+            Step::HoldCommits(true),
+            Step::Append(p(0), oks(50)),
+            Step::Append(p(1), oks(50)),
+            Step::Until(|w| w.read >= 200),
+            Step::RefuseCommits,
+            Step::Stop,
+            Step::HoldCommits(false),
+        ],
+    );
+    assert!(out.controller.error.is_none(), "{:?}", out.controller);
+    assert!(out.controller.failure.is_none(), "{:?}", out.controller);
+    let w = shared.world();
+    assert!(w.txn.refused >= 1, "a commit was refused");
+    assert_eq!(w.rewinds, 0, "nothing is read again while stopping");
+    for k in [p(0), p(1)] {
+        assert_visible_once(&w, &k, 50);
+        assert_eq!(w.txn.committed.get(&k), Some(&50));
+    }
 }
 
 /// Two partitions; `fault` strikes partition 0's commit at offset 100 or later (`struck`

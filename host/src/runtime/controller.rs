@@ -55,6 +55,8 @@ pub(super) struct Controller {
     /// Exactly-once lanes fenced between revokes: their generation, their last commit, and
     /// until when they wait for a revoke.
     pub(super) fenced: std::collections::HashMap<crate::message::PartitionKey, (u64, i64, Instant)>,
+    /// The shutdown sequence has begun: the drivers are stopping.
+    pub(super) shutting_down: bool,
 }
 
 impl Controller {
@@ -125,6 +127,13 @@ impl Controller {
     /// partition again from `from`. Nothing if the lane is gone already (revoked meanwhile).
     fn rewind(&mut self, key: crate::message::PartitionKey, generation: u64, from: i64, ask: bool) {
         if self.core.lane_generation(&key) != Some(generation) {
+            return;
+        }
+        if self.shutting_down {
+            // The drivers are stopping: a new lane would have none to run on (the run ended
+            // with `no driver is running`). The aborted transaction left nothing visible and
+            // the committed offset stands: the partition's next owner starts there.
+            tracing::info!(%key, from, "stopping: the partition is not read again; its next owner starts at its last commit");
             return;
         }
         let from = if ask {
@@ -263,6 +272,7 @@ impl Controller {
                 });
 
         // Shutdown: stop fetching, drain drivers, wait for acknowledgements, final commit.
+        self.shutting_down = true;
         let deadline = Instant::now() + self.core.opts.drain_timeout;
         let drain = self.core.failure.is_none() && self.core.error.is_none();
         let all = self.core.keys();

@@ -178,6 +178,7 @@ pub fn run_parts(parts: Parts) -> RunOutcome {
         sinks: vec![sink.clone(), rejects.clone()],
         stop: stop.clone(),
         fenced: std::collections::HashMap::new(),
+        shutting_down: false,
     };
     let ctl = std::thread::Builder::new()
         .name("weir-controller".into())
