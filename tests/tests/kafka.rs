@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir_tests::kafka::{
-    high_watermarks, kafka, kafka_pipeline, records, sigterm, spawn_weir, trickle, wait_ok, Broker,
-    Record,
+    high_watermarks, kafka, kafka_pipeline, log_shows, records, sigterm, spawn_weir, trickle,
+    wait_ok, Broker, Record,
 };
 use weir_tests::plugins::{JSON_ENRICH, JSON_FILTER, MISBEHAVE, PASSTHROUGH};
 use weir_tests::{free_port, gauge, scrape, scratch, stage, stderr, Scratch};
@@ -390,12 +390,24 @@ fn share_partitions(assignor: &str) {
     std::thread::sleep(Duration::from_millis(1000));
     let c = spawn_weir(&s, "p.yaml", "c.log");
     std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        log_shows(&s, "b.log", "pipeline running", Duration::from_secs(60)),
+        "b did not start"
+    );
     sigterm(&bb);
     wait_ok(bb, "b", &s, "b.log");
     // Rapid rebalances: members that join and leave at once.
     for name in ["d", "e", "f"] {
         let log = format!("{name}.log");
         let x = spawn_weir(&s, "p.yaml", &log);
+        // Past its start-up checks (a SIGTERM before them ends the process by the signal's
+        // default, which a loaded machine's slower start made this test meet), then it joins
+        // and leaves at once.
+        assert!(
+            log_shows(&s, &log, "pipeline running", Duration::from_secs(60)),
+            "{name} did not start: {}",
+            std::fs::read_to_string(s.path(&log)).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(300));
         sigterm(&x);
         wait_ok(x, name, &s, &log);
