@@ -218,33 +218,27 @@ impl RunReport {
 }
 
 /// The CPU time this process has used so far, user and system, all threads.
-#[allow(unsafe_code)]
 pub fn process_cpu_time() -> std::time::Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or_default()
+}
+
+/// A CPU-time clock's reading (none: the clock cannot be read).
+#[allow(unsafe_code)]
+fn cpu_clock(clock: libc::clockid_t) -> Option<std::time::Duration> {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `t` is a valid timespec to write; CLOCK_PROCESS_CPUTIME_ID exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
-    if rc != 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    // SAFETY: `t` is a valid timespec to write; the CPU-time clocks exist on Linux.
+    let rc = unsafe { libc::clock_gettime(clock, &mut t) };
+    (rc == 0).then(|| std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
 }
 
 #[cfg(test)]
 mod tests {
     /// This thread's CPU time (a part of the process's).
-    #[allow(unsafe_code)]
     fn thread_cpu_time() -> std::time::Duration {
-        let mut t = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `t` is a valid timespec to write; CLOCK_THREAD_CPUTIME_ID exists on Linux.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-        assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID");
-        std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+        super::cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID).expect("CLOCK_THREAD_CPUTIME_ID")
     }
 
     #[test]
