@@ -22,6 +22,9 @@ use crate::rollout::{Offered, RolloutError, RolloutRecord, StageSlot};
 pub enum ReloadRequest {
     /// Every stage (SIGHUP).
     All,
+    /// Every stage whose file was replaced between loading and watching (sent once, when
+    /// the watcher starts): a change found so is the file's, and says so (`file`).
+    Unwatched,
     /// Stages whose plugin is this file (file watcher).
     Path(PathBuf),
     /// Start a rollout of `plugin` on `stage` under `policy` (the admin API).
@@ -87,7 +90,7 @@ impl Reloader {
         if watcher.is_some() {
             // A file replaced between loading and watching would otherwise go unnoticed;
             // an unchanged file costs one read and hash.
-            let _ = tx.send(ReloadRequest::All);
+            let _ = tx.send(ReloadRequest::Unwatched);
         }
         let handle = std::thread::Builder::new()
             .name("weir-reload".into())
@@ -204,16 +207,7 @@ fn reload_loop(
             }
         }
         for slot in slots {
-            let file = reloads
-                .iter()
-                .any(|r| matches!(r, ReloadRequest::Path(p) if *p == canonical(&slot.path)));
-            let all = reloads.iter().any(|r| matches!(r, ReloadRequest::All));
-            let trigger = match (file, all) {
-                (true, _) => Some("file"),
-                (false, true) => Some("sighup"),
-                _ => None,
-            };
-            if let Some(trigger) = trigger {
+            if let Some(trigger) = trigger(&reloads, &canonical(&slot.path)) {
                 let result = reload_one(engine, slot, trigger, &mut stats);
                 metrics
                     .reloads
@@ -226,6 +220,23 @@ fn reload_loop(
         }
     }
     stats
+}
+
+/// What `reloads` (served together) say started a reload of the stage whose plugin is
+/// `file`: `file` (its file changed, seen by the watcher or by the check when watching began),
+/// `sighup`, or nothing for this stage.
+fn trigger(reloads: &[ReloadRequest], file: &Path) -> Option<&'static str> {
+    let changed = reloads.iter().any(|r| match r {
+        ReloadRequest::Path(p) => p == file,
+        ReloadRequest::Unwatched => true,
+        _ => false,
+    });
+    let all = reloads.iter().any(|r| matches!(r, ReloadRequest::All));
+    match (changed, all) {
+        (true, _) => Some("file"),
+        (false, true) => Some("sighup"),
+        _ => None,
+    }
 }
 
 /// Loads a new version and proves it instantiates and accepts its config before any driver
@@ -341,5 +352,26 @@ fn reload_one(
             tracing::error!(stage, keeping = old.short_hash(), "reload refused: {e}");
             "refused"
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file replaced before the watcher started, and found by the check made when it
+    /// started, is a file change, not a SIGHUP (a loaded machine served that check after the
+    /// test had replaced the file, and the rollout said `sighup`).
+    #[test]
+    fn each_request_names_what_started_the_reload() {
+        let (a, b) = (Path::new("/p/a.wasm"), Path::new("/p/b.wasm"));
+        let path = |p: &Path| ReloadRequest::Path(p.to_owned());
+        assert_eq!(trigger(&[ReloadRequest::Unwatched], a), Some("file"));
+        assert_eq!(trigger(&[ReloadRequest::All], a), Some("sighup"));
+        assert_eq!(trigger(&[path(a)], a), Some("file"));
+        assert_eq!(trigger(&[path(b)], a), None);
+        assert_eq!(trigger(&[ReloadRequest::All, path(a)], a), Some("file"));
+        assert_eq!(trigger(&[path(b), ReloadRequest::All], a), Some("sighup"));
+        assert_eq!(trigger(&[], a), None);
     }
 }

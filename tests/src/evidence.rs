@@ -96,7 +96,8 @@ pub fn state(
 }
 
 /// Waits (at most 60 s) until `group`'s committed offsets on `input` differ from `before`;
-/// otherwise fails saying what `what` was waiting for and [`state`] with `outputs`.
+/// otherwise fails saying what `what` was waiting for (a log of the scratch folder: its tail
+/// comes first) and [`state`] with `outputs`.
 pub fn wait_commit_progress(
     broker: &Broker,
     s: &Scratch,
@@ -108,11 +109,20 @@ pub fn wait_commit_progress(
 ) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while broker.committed(group, input.0, input.1) == before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no commit after {what}, within 60 s: {}",
-            state(broker, s, group, input, outputs)
-        );
+        if std::time::Instant::now() >= deadline {
+            // The log waited on first: a run with several members prints many, and a long
+            // failure message is cut.
+            let waited = s.path(what);
+            let waited = if waited.exists() {
+                tail(&waited)
+            } else {
+                String::new()
+            };
+            panic!(
+                "no commit after {what}, within 60 s:{waited}\n--- the whole run ---\n{}",
+                state(broker, s, group, input, outputs)
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -29,7 +29,8 @@ macro_rules! scratch {
 
 /// A scratch folder with a private compiled-code cache.
 pub struct Scratch {
-    /// The folder (deleted on drop).
+    /// The folder (deleted on drop, unless the test failed: then it stays, named on stderr,
+    /// with every log and file of the run).
     pub dir: tempfile::TempDir,
     bin: PathBuf,
 }
@@ -102,6 +103,18 @@ impl Scratch {
 }
 
 /// Reads a JSONL file (missing file: no lines).
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "scratch folder of the failed test kept: {}",
+                self.dir.path().display()
+            );
+        }
+    }
+}
+
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     match std::fs::read_to_string(path) {
         Ok(t) => json_lines(t.as_bytes()),

@@ -429,13 +429,21 @@ impl StageSlot {
             }
         };
         s.finished.push(r.record(&self.spec.name, outcome, Some(j)));
+        let stage = &*self.spec.name;
+        // The metrics change before the lock is let go: whoever sees the outcome in the
+        // status (which takes the lock) sees it in the metrics too.
+        if let Some(m) = self.metrics.get() {
+            m.rollout_decisions
+                .with_label_values(&[stage, j.decision.name(), j.reason])
+                .inc();
+            if j.decision == Decision::Promote {
+                m.move_plugin(stage, r.live.short_hash(), r.candidate.short_hash());
+            }
+        }
+        self.report_state(None);
         self.bump();
         drop(s);
-        let (stage, live, cand) = (
-            &*self.spec.name,
-            r.live.short_hash(),
-            r.candidate.short_hash(),
-        );
+        let (live, cand) = (r.live.short_hash(), r.candidate.short_hash());
         match j.decision {
             Decision::Promote => tracing::info!(
                 stage,
@@ -454,15 +462,6 @@ impl StageSlot {
                 j.detail
             ),
         }
-        if let Some(m) = self.metrics.get() {
-            m.rollout_decisions
-                .with_label_values(&[stage, j.decision.name(), j.reason])
-                .inc();
-            if j.decision == Decision::Promote {
-                m.move_plugin(stage, r.live.short_hash(), r.candidate.short_hash());
-            }
-        }
-        self.report_state(None);
         true
     }
 

@@ -438,16 +438,29 @@ impl KafkaChangelog {
     }
 }
 
-/// The low and high watermarks of `topic`'s `partition`.
+/// The low and high watermarks of `topic`'s `partition`, asked again (for up to [`REQUEST`])
+/// while the partition has no leader yet: a changelog topic created a moment ago answers
+/// `NotLeaderForPartition` until its leaders are elected (a loaded broker took over a second),
+/// and a restore that gave up then stopped the pipeline.
 fn marks(
     consumer: &BaseConsumer<RestoreContext>,
     topic: &str,
     partition: i32,
 ) -> Result<(i64, i64), String> {
-    consumer
-        .fetch_watermarks(topic, partition, REQUEST)
-        .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))
+    use crate::kafka::retry::{any_of, asked_again};
+    asked_again(REQUEST, any_of(NOT_READY), |left| {
+        consumer.fetch_watermarks(topic, partition, left)
+    })
+    .map_err(|e| format!("changelog `{topic}` partition {partition}: {e}"))
 }
+
+/// Answers that a changelog partition gives while it is being made ready: no leader elected
+/// yet, or not yet known to the broker asked (the topic was just created).
+const NOT_READY: &[RDKafkaErrorCode] = &[
+    RDKafkaErrorCode::NotLeaderForPartition,
+    RDKafkaErrorCode::LeaderNotAvailable,
+    RDKafkaErrorCode::UnknownTopicOrPartition,
+];
 
 /// Reads `topic`'s `partition` from `position` (the end was `high` when asked), handing each
 /// record to `apply`; returns the end.
@@ -506,5 +519,36 @@ fn read_to_end(
                     RESTORE_STALL.as_secs()
                 ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    use super::*;
+
+    /// A changelog partition whose leader is still being elected (the topic was created a
+    /// moment ago) is asked again instead of failing the restore: three `ListOffsets`
+    /// answers of "not leader", then the real end.
+    #[test]
+    fn a_partition_without_a_leader_yet_is_asked_again_until_it_has_one() {
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("log", 2, 1).expect("topic");
+        let consumer: BaseConsumer<RestoreContext> = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "restore")
+            .create_with_context(RestoreContext)
+            .expect("consumer");
+        assert_eq!(marks(&consumer, "log", 1), Ok((0, 0)));
+        let not_leader = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION;
+        cluster.request_errors(RDKafkaApiKey::ListOffsets, &[not_leader; 3]);
+        assert_eq!(marks(&consumer, "log", 1), Ok((0, 0)));
+        // Any other answer is final.
+        let denied = RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+        cluster.request_errors(RDKafkaApiKey::ListOffsets, &[denied]);
+        let e = marks(&consumer, "log", 1).expect_err("denied");
+        assert!(e.starts_with("changelog `log` partition 1:"), "{e}");
     }
 }
