@@ -658,6 +658,14 @@ fn on_three_brokers_four_faults_lose_nothing_and_exactly_once_doubles_nothing() 
         producer.join().expect("producer");
         let input_ended = Instant::now();
         let what = format!("after {fault:?}");
+        // The input itself holds each record once (its producer is idempotent): a duplicate
+        // found later is Weir's.
+        let written = weir_tests::kafka::high_watermarks(&b, "in", PARTS);
+        assert_eq!(
+            written.iter().sum::<i64>(),
+            sent as i64,
+            "{what}: the input topic holds {written:?} records, {sent} were sent"
+        );
         // A cluster stopped for 20 s takes its time: the transactions it interrupted are
         // given up after 30 s and read again.
         let caught_up = all_visible(&b, &runs, sent, &what, input_ended);
