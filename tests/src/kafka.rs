@@ -263,13 +263,6 @@ impl Broker {
         c
     }
 
-    /// A client-only handle on a running broker (for other threads).
-    pub fn producer(&self) -> Client {
-        Client {
-            bootstrap: self.bootstrap.clone(),
-        }
-    }
-
     /// Produces `(partition, key, value)` records, waiting for every acknowledgement.
     pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
         produce(&self.bootstrap, topic, records);
@@ -460,18 +453,6 @@ impl Drop for Broker {
     }
 }
 
-/// A producer handle on a broker this test does not own.
-pub struct Client {
-    bootstrap: String,
-}
-
-impl Client {
-    /// See [`Broker::produce`].
-    pub fn produce(&self, topic: &str, records: &[(i32, String, String)]) {
-        produce(&self.bootstrap, topic, records);
-    }
-}
-
 /// One consumed record.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -658,9 +639,8 @@ pub fn trickle(
 ) -> std::thread::JoinHandle<()> {
     // One producer for every chunk (an idempotent producer's first send waits for its
     // producer id: a new one per chunk slowed the input down during broker faults).
-    let client = b.producer();
+    let p = producer(&b.bootstrap);
     std::thread::spawn(move || {
-        let p = producer(&client.bootstrap);
         let per = records.len().div_ceil(chunks);
         for chunk in records.chunks(per) {
             produce_with(&p, topic, chunk);

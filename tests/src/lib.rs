@@ -102,7 +102,6 @@ impl Scratch {
     }
 }
 
-/// Reads a JSONL file (missing file: no lines).
 impl Drop for Scratch {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -115,6 +114,7 @@ impl Drop for Scratch {
     }
 }
 
+/// Reads a JSONL file (missing file: no lines).
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
     match std::fs::read_to_string(path) {
         Ok(t) => json_lines(t.as_bytes()),

@@ -21,6 +21,7 @@ use super::ChangelogAcks;
 use super::{ChangeRecord, Changelog, SinkError, Ticket};
 use crate::config::KafkaSource;
 use crate::kafka::fatal::FatalSlot;
+use crate::kafka::retry::{any_of, asked_again};
 use crate::message::Lane;
 
 /// Longest a restore waits without a record or the end before it gives up.
@@ -447,7 +448,6 @@ fn marks(
     topic: &str,
     partition: i32,
 ) -> Result<(i64, i64), String> {
-    use crate::kafka::retry::{any_of, asked_again};
     asked_again(REQUEST, any_of(NOT_READY), |left| {
         consumer.fetch_watermarks(topic, partition, left)
     })
