@@ -35,6 +35,8 @@ pub struct Cluster {
     home: PathBuf,
     dir: tempfile::TempDir,
     nodes: Vec<Node>,
+    /// [`Options::jvm`].
+    jvm: Vec<String>,
     /// `bootstrap.servers`: every node's client listener.
     pub bootstrap: String,
 }
@@ -68,6 +70,9 @@ pub struct Options {
     /// The host name clients are given for the client listener (`127.0.0.1` when unset; a
     /// TLS test gives `localhost`, the name on the server's certificate).
     pub host: Option<String>,
+    /// JVM options put after the defaults (so they win: a benchmark's `-Xmx1g`,
+    /// `-XX:TieredStopAtLevel=4`).
+    pub jvm: Vec<String>,
 }
 
 impl Cluster {
@@ -103,6 +108,7 @@ impl Cluster {
             home,
             dir,
             nodes,
+            jvm: opts.jvm.clone(),
             bootstrap,
         };
         let id = c.cluster_id();
@@ -169,6 +175,7 @@ impl Cluster {
             "-XX:MaxMetaspaceSize=128m",
             "-Djava.awt.headless=true",
         ])
+        .args(&self.jvm)
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
             self.home.join("log4j2.xml").display()
@@ -394,6 +401,11 @@ impl Cluster {
         for (&i, from) in stopped.iter().zip(from) {
             self.wait_started(i, from);
         }
+    }
+
+    /// Node `i`'s process id, while it runs (a benchmark reads its CPU time).
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
     }
 
     /// Whether node `i` is running.
