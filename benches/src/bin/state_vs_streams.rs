@@ -35,7 +35,17 @@
 //!   state-vs-streams --weir target/release/weir --peer DIR [--plugin running_total.wasm] [throughput|restart]
 //!                    [--records N] [--keys 1000,100000] [--deliveries exactly-once,at-least-once]
 //!                    [--rounds 3] [--sides weir,streams,streams-cached] [--live N] [--rate N]
-//!                    [--restart-keys N] [--static true|false]
+//!                    [--restart-keys N] [--static true|false] [--weir-alt OTHER_WEIR]
+//!
+//! The sides `misbehave-state` and `misbehave-stateless` are the same Weir pipeline with the
+//! `misbehave` stage, with one `get` and one `set` per message (`get_set`) and without state:
+//! what state costs end to end (their outputs are counted, not checked: they carry no total).
+//!
+//! `WEIR_BENCH_LOG` sets Weir's log filter (default `warn,weir::runtime::driver=info`: the
+//! restore lines); `WEIR_BENCH_KEEP=1` keeps every run's folder (logs, pipeline, state).
+//!
+//! `--weir-alt` adds the side `weir-alt` (name it in `--sides`): another build of `weir`, for a
+//! change's before and after in one sitting.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -58,6 +68,8 @@ const PARTITIONS: i32 = 8;
 struct Args {
     mode: String,
     weir: PathBuf,
+    /// Another build of `weir`, the side `weir-alt` (a change's before and after, same sitting).
+    weir_alt: Option<PathBuf>,
     plugin: PathBuf,
     peer: PathBuf,
     records: usize,
@@ -76,6 +88,7 @@ fn args() -> Args {
     let mut a = Args {
         mode: "throughput".into(),
         weir: "target/release/weir".into(),
+        weir_alt: None,
         plugin: weir_tests::plugins::RUNNING_TOTAL.into(),
         peer: PathBuf::new(),
         records: 1_000_000,
@@ -99,6 +112,9 @@ fn args() -> Args {
         let num = |v: &str| v.replace('_', "").parse::<usize>().expect("a number");
         match flag.as_str() {
             "--weir" => a.weir = value.into(),
+            "--weir-alt" => {
+                a.weir_alt = Some(std::fs::canonicalize(&value).expect("--weir-alt PATH"))
+            }
             "--plugin" => a.plugin = value.into(),
             "--peer" => a.peer = value.into(),
             "--records" => a.records = num(&value),
@@ -135,10 +151,14 @@ fn main() {
             ..Options::default()
         },
     );
-    let work = tempfile::Builder::new()
+    let mut work = tempfile::Builder::new()
         .prefix("state-vs-streams-")
         .tempdir()
         .expect("a work folder");
+    if std::env::var_os("WEIR_BENCH_KEEP").is_some() {
+        work.disable_cleanup(true);
+        eprintln!("work folder kept: {}", work.path().display());
+    }
     let bench = Bench {
         a: &a,
         bootstrap: cluster.bootstrap.clone(),
@@ -189,6 +209,12 @@ impl Bench<'_> {
             "| side | keys | delivery | round | records/s | CPU s per M (side) | CPU s per M (broker) | latency p50 / p99 ms | RSS MiB | outputs | totals |"
         );
         println!("|---|---:|---|---:|---:|---:|---:|---|---:|---:|---|");
+        // A broker just started runs its first minute slower (its JIT): one run of each side
+        // first, not counted.
+        for side in &a.sides {
+            let f = self.throughput_run(side, a.keys[0], &a.deliveries[0]);
+            eprintln!("warm-up {side}: {:.0} records/s", f.per_s);
+        }
         for &keys in &a.keys {
             for delivery in &a.deliveries {
                 for round in 1..=a.rounds {
@@ -203,7 +229,7 @@ impl Bench<'_> {
                             f.p99_ms,
                             f.rss_mib,
                             f.outputs,
-                            if f.exact { "exact" } else { "WRONG" }
+                            if f.side.starts_with("misbehave") { "counted" } else if f.exact { "exact" } else { "WRONG" }
                         );
                         all.push(f);
                     }
@@ -302,7 +328,14 @@ impl Bench<'_> {
     fn throughput_run(&self, side: &str, keys: usize, delivery: &str) -> Figures {
         let a = self.a;
         let (run, mut input) = self.topics(a.records, keys);
-        let reader = Reader::start(&self.bootstrap, &format!("{run}-out"), input.sums.clone());
+        let counting = side.starts_with("misbehave");
+        let reader = Reader::start(
+            &self.bootstrap,
+            &format!("{run}-out"),
+            input.sums.clone(),
+            counting,
+            input.sent,
+        );
         let mut proc = self.spawn(side, &run, delivery, &run);
         let t0 = Instant::now();
         let first = wait(Duration::from_secs(600), || reader.outputs() > 0)
@@ -318,23 +351,21 @@ impl Bench<'_> {
         let span = (done - reader.first().expect("a first output")).as_secs_f64();
         let m = a.records as f64 / 1e6;
         // Live records: their latency.
-        let live_from = now_ms();
-        reader.expect(live_from, {
-            let every = Duration::from_secs_f64(1.0 / a.rate as f64);
-            let start = Instant::now();
-            for i in 0..a.live {
-                input.send(1);
-                let due = start + every * (i as u32 + 1);
-                if let Some(d) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(d);
-                }
+        reader.expect(now_ms(), None, input.sent);
+        let every = Duration::from_secs_f64(1.0 / a.rate as f64);
+        let start = Instant::now();
+        for i in 0..a.live {
+            input.send(1);
+            let due = start + every * (i as u32 + 1);
+            if let Some(d) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
             }
-            input
-                .producer
-                .flush(Duration::from_secs(30))
-                .expect("flush");
-            input.sums.clone()
-        });
+        }
+        input
+            .producer
+            .flush(Duration::from_secs(30))
+            .expect("flush");
+        reader.expect(i64::MIN, Some(input.sums.clone()), input.sent);
         wait(Duration::from_secs(120), || reader.exact())
             .unwrap_or_else(|| proc.fail("live totals not exact within 120 s", &reader));
         let rss = rss_mib(proc.pid());
@@ -349,7 +380,9 @@ impl Bench<'_> {
             }
         };
         self.drop_topics(&run);
-        let _ = std::fs::remove_dir_all(self.work.join(&run));
+        if std::env::var_os("WEIR_BENCH_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(self.work.join(&run));
+        }
         Figures {
             side: side.to_owned(),
             keys,
@@ -374,7 +407,13 @@ impl Bench<'_> {
         for wiped in [false, true] {
             for side in self.a.sides.iter().filter(|s| *s != "streams-cached") {
                 let (run, input) = self.topics(keys + keys / 5, keys);
-                let reader = Reader::start(&self.bootstrap, &format!("{run}-out"), input.sums);
+                let reader = Reader::start(
+                    &self.bootstrap,
+                    &format!("{run}-out"),
+                    input.sums,
+                    false,
+                    input.sent,
+                );
                 let mut proc = self.spawn(side, &run, "exactly-once", &format!("{run}-a"));
                 // Every key has a total (each came once): the store holds `keys` keys.
                 wait(Duration::from_secs(900), || {
@@ -404,7 +443,9 @@ impl Bench<'_> {
                 );
                 drop(reader);
                 self.drop_topics(&run);
-                let _ = std::fs::remove_dir_all(self.work.join(&run));
+                if std::env::var_os("WEIR_BENCH_KEEP").is_none() {
+                    let _ = std::fs::remove_dir_all(self.work.join(&run));
+                }
             }
         }
     }
@@ -418,7 +459,7 @@ impl Bench<'_> {
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
         let mut cmd = match side {
-            "weir" => {
+            "weir" | "weir-alt" | "misbehave-state" | "misbehave-stateless" => {
                 let yaml = format!(
                     "name: {run}
 delivery: {delivery}
@@ -432,8 +473,7 @@ source:
 stages:
   - name: total
     plugin: {plugin}
-    state: {{ buckets: [totals] }}
-sink:
+{stage}sink:
   kafka: {{ brokers: {b}, topic: {run}-out }}
 runtime:
   drivers: 2
@@ -442,7 +482,18 @@ runtime:
   cache_dir: {cache}
 ",
                     b = self.bootstrap,
-                    plugin = self.a.plugin.display(),
+                    plugin = if side.starts_with("misbehave") {
+                        weir_tests::plugins::MISBEHAVE.to_owned()
+                    } else {
+                        self.a.plugin.display().to_string()
+                    },
+                    stage = match side {
+                        "misbehave-state" => {
+                            "    config: { get_set: kv }\n    state: { buckets: [kv] }\n"
+                        }
+                        "misbehave-stateless" => "",
+                        _ => "    state: { buckets: [totals] }\n",
+                    },
                     state = dir.join("state").display(),
                     cache = self.work.join("cache").display(),
                     instance = if self.a.static_members {
@@ -452,10 +503,19 @@ runtime:
                     },
                 );
                 std::fs::write(dir.join("p.yaml"), yaml).expect("pipeline yaml");
-                let mut c = Command::new(&self.a.weir);
+                let bin = if side == "weir-alt" {
+                    self.a.weir_alt.as_ref().expect("--weir-alt PATH for the side weir-alt")
+                } else {
+                    &self.a.weir
+                };
+                let mut c = Command::new(bin);
                 c.arg("run")
                     .arg(dir.join("p.yaml"))
-                    .env("WEIR_LOG", "warn,weir::runtime::driver=info");
+                    .env(
+                        "WEIR_LOG",
+                        std::env::var("WEIR_BENCH_LOG")
+                            .unwrap_or_else(|_| "warn,weir::runtime::driver=info".into()),
+                    );
                 c
             }
             "streams" | "streams-cached" => {
@@ -490,7 +550,9 @@ runtime:
                 }
                 c
             }
-            other => panic!("unknown side {other} (weir, streams, streams-cached)"),
+            other => panic!(
+                "unknown side {other} (weir, weir-alt, misbehave-state, misbehave-stateless, streams, streams-cached)"
+            ),
         };
         let child = cmd
             .stdin(Stdio::null())
@@ -649,6 +711,8 @@ struct Seen {
     latest: Vec<i64>,
     /// Keys whose latest total is their target.
     matching: usize,
+    /// Outputs carry no total (the `misbehave` sides): done at this many outputs.
+    counting: Option<u64>,
     outputs: u64,
     first: Option<Instant>,
     /// Outputs of records timestamped at or after this (ms since the epoch) have their
@@ -665,9 +729,18 @@ struct Reader {
 }
 
 impl Reader {
-    fn start(bootstrap: &str, topic: &str, target: Vec<i64>) -> Reader {
+    /// A reader of `topic` expecting every key's total to reach `target`, or, when
+    /// `counting`, as many outputs as `sent`.
+    fn start(
+        bootstrap: &str,
+        topic: &str,
+        target: Vec<i64>,
+        counting: bool,
+        sent: usize,
+    ) -> Reader {
         let keys = target.len();
         let seen = Arc::new(Mutex::new(Seen {
+            counting: counting.then_some(sent as u64),
             matching: target.iter().filter(|&&t| t == 0).count(),
             latest: vec![0; keys],
             target,
@@ -702,17 +775,19 @@ impl Reader {
                     let at = now_ms();
                     let key = std::str::from_utf8(m.key().expect("a key")).expect("a UTF-8 key");
                     let k: usize = key[1..].parse().expect("a key k<N>");
-                    let total = total(m.payload().expect("a value"));
                     let ts = m.timestamp().to_millis().unwrap_or(0);
                     let mut s = seen.lock().expect("seen");
                     s.outputs += 1;
                     s.first.get_or_insert_with(Instant::now);
-                    if s.latest[k] == s.target[k] {
-                        s.matching -= 1;
-                    }
-                    s.latest[k] = total;
-                    if total == s.target[k] {
-                        s.matching += 1;
+                    if s.counting.is_none() {
+                        let total = total(m.payload().expect("a value"));
+                        if s.latest[k] == s.target[k] {
+                            s.matching -= 1;
+                        }
+                        s.latest[k] = total;
+                        if total == s.target[k] {
+                            s.matching += 1;
+                        }
                     }
                     if ts >= s.live_from {
                         s.latencies.push(at - ts);
@@ -743,18 +818,29 @@ impl Reader {
         self.seen.lock().expect("seen").target.len()
     }
 
-    /// Whether every key's latest total is its target.
+    /// Whether every key's latest total is its target (counting: every output came).
     fn exact(&self) -> bool {
         let s = self.seen.lock().expect("seen");
-        s.matching == s.target.len()
+        match s.counting {
+            Some(n) => s.outputs >= n,
+            None => s.matching == s.target.len(),
+        }
     }
 
-    /// New targets, and the latency of outputs of records from `live_from` on.
-    fn expect(&self, live_from: i64, target: Vec<i64>) {
+    /// Notes the latency of outputs of records timestamped from `live_from` on (`i64::MIN`:
+    /// no change), and sets new targets.
+    fn expect(&self, live_from: i64, target: Option<Vec<i64>>, sent: usize) {
         let mut s = self.seen.lock().expect("seen");
-        s.live_from = live_from;
-        s.matching = s.latest.iter().zip(&target).filter(|(l, t)| l == t).count();
-        s.target = target;
+        if live_from != i64::MIN {
+            s.live_from = live_from;
+        }
+        if let Some(n) = &mut s.counting {
+            *n = sent as u64;
+        }
+        if let Some(target) = target {
+            s.matching = s.latest.iter().zip(&target).filter(|(l, t)| l == t).count();
+            s.target = target;
+        }
     }
 
     /// The outputs counted and the latencies noted.

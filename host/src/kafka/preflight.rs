@@ -2,8 +2,8 @@
 //! before any stage is called).
 //!
 //! Each check connects with the pipeline's own client settings (its `security` block and
-//! `properties`) and answers one line. The first that fails ends the checks with a
-//! [`ClientFailure`] naming it: a TLS or SASL failure, a missing topic, a refused group or
+//! `properties`) and answers one line. The clients' checks run side by side; the first that
+//! fails, in the table's order, ends them with a [`ClientFailure`] naming it: a TLS or SASL failure, a missing topic, a refused group or
 //! transactional id (exit 2), or no broker answering within `runtime.connect_timeout`
 //! (exit 1: a broker that is down may come back).
 //!
@@ -195,19 +195,49 @@ pub fn run(
         }
         r => r,
     };
+    // The checks are independent, so they run side by side (the slowest, a transactional
+    // id's initialisation, takes about half a second by itself: issue 50 measured a restart);
+    // their lines, and the first failure, still come in the table's order.
+    type Check<'a> =
+        Box<dyn FnOnce(&mut dyn FnMut(&CheckLine)) -> Result<(), ClientFailure> + Send + 'a>;
+    let mut checks: Vec<Check<'_>> = Vec::new();
     if let SourceConfig::Kafka(k) = &cfg.source {
-        down(source(k, timeout, mode, ok))?;
+        checks.push(Box::new(move |ok| down(source(k, timeout, mode, ok))));
     }
     if let SinkConfig::Kafka(k) = &cfg.sink {
-        down(sink(k, "sink", timeout, mode, ok))?;
+        checks.push(Box::new(move |ok| down(sink(k, "sink", timeout, mode, ok))));
     }
     if let Some(SinkConfig::Kafka(k)) = &cfg.reject {
-        down(sink(k, "reject path", timeout, mode, ok))?;
+        checks.push(Box::new(move |ok| {
+            down(sink(k, "reject path", timeout, mode, ok))
+        }));
     }
     if cfg.delivery == Delivery::ExactlyOnce {
         if let (SourceConfig::Kafka(src), SinkConfig::Kafka(k)) = (&cfg.source, &cfg.sink) {
-            transactions(k, &src.group, timeout, ok)?;
+            checks.push(Box::new(move |ok| transactions(k, &src.group, timeout, ok)));
         }
+    }
+    let answers: Vec<(Vec<CheckLine>, Result<(), ClientFailure>)> = std::thread::scope(|s| {
+        let running: Vec<_> = checks
+            .into_iter()
+            .map(|check| {
+                s.spawn(move || {
+                    let mut lines = Vec::new();
+                    let r = check(&mut |l: &CheckLine| lines.push(l.clone()));
+                    (lines, r)
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for (lines, answer) in answers {
+        for line in &lines {
+            ok(line);
+        }
+        answer?;
     }
     Ok(())
 }

@@ -23,7 +23,9 @@ static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 const RESTORE_CHUNK: usize = 10_000;
 /// Keys a TTL sweep looks at per bucket and chain run.
 const EXPIRE_PAGE: usize = 256;
-/// A store backed by a changelog takes the committed writes at most this often...
+/// A store backed by a changelog takes the committed writes at most this often (each such
+/// flush synced: a restart after `kill -9` reads about this much of the changelog again; a
+/// flush every second cost 14 % more per get + set at 100,000 keys, issue 50)...
 const FLUSH_EVERY: Duration = Duration::from_secs(5);
 /// ... or when this many writes wait in memory (committed or not).
 const FLUSH_WRITES: usize = 200_000;
