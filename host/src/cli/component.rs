@@ -41,13 +41,20 @@ enum ComponentCommand {
         world: String,
     },
     /// Wrap a core wasm module (built with wasm32-wasi and the bindings' type object) into a
-    /// component, adapting WASI preview 1 imports to preview 2.
+    /// component, adapting WASI preview 1 imports to preview 2. A module built without that
+    /// object (a toolchain that cannot link the C bindings' `.o`: Go's `//go:wasmexport`
+    /// functions on the canonical names, hand-written glue) names its world with `--world`,
+    /// and the world's type is embedded from the contract first.
     New {
         /// The core module.
         module: PathBuf,
         /// Where to write the component.
         #[arg(short, long)]
         out: PathBuf,
+        /// Embed this world of the contract (`stage-typed` or `stage-fast`) as the module's
+        /// type before wrapping it.
+        #[arg(long)]
+        world: Option<String>,
     },
 }
 
@@ -88,8 +95,8 @@ pub fn component(args: &ComponentArgs) -> ExitCode {
                 }
             }
         }),
-        ComponentCommand::New { module, out } => {
-            new_component(module, out).map(|()| vec![out.clone()])
+        ComponentCommand::New { module, out, world } => {
+            new_component(module, world.as_deref(), out).map(|()| vec![out.clone()])
         }
     };
     match done {
@@ -137,8 +144,10 @@ pub fn write_wit(out: &Path) -> Result<PathBuf, ComponentError> {
     Ok(file)
 }
 
-/// Generates the C bindings of `world` into `out` and returns the files written.
-pub fn c_bindings(out: &Path, world: &str) -> Result<Vec<PathBuf>, ComponentError> {
+/// The contract with the packages it uses, and its world `world`.
+fn contract(
+    world: &str,
+) -> Result<(Resolve, wit_bindgen_core::wit_parser::WorldId), ComponentError> {
     let mut resolve = Resolve::default();
     // The package the contract imports first, from its files.
     let mut deps = wit_bindgen_core::wit_parser::SourceMap::new();
@@ -157,6 +166,12 @@ pub fn c_bindings(out: &Path, world: &str) -> Result<Vec<PathBuf>, ComponentErro
     let world_id = resolve
         .select_world(&[pkg], Some(world))
         .map_err(|_| ComponentError::UnknownWorld(world.to_owned()))?;
+    Ok((resolve, world_id))
+}
+
+/// Generates the C bindings of `world` into `out` and returns the files written.
+pub fn c_bindings(out: &Path, world: &str) -> Result<Vec<PathBuf>, ComponentError> {
+    let (mut resolve, world_id) = contract(world)?;
     let mut files = wit_bindgen_core::Files::default();
     wit_bindgen_c::Opts::default()
         .build()
@@ -199,9 +214,21 @@ fn functions_to_define(files: &[PathBuf]) -> Vec<String> {
     found
 }
 
-/// Wraps the core module at `module` into a component at `out`.
-pub fn new_component(module: &Path, out: &Path) -> Result<(), ComponentError> {
-    let bytes = std::fs::read(module).map_err(io(module))?;
+/// Wraps the core module at `module` into a component at `out`; with `world`, that world of
+/// the contract is embedded as the module's type first.
+pub fn new_component(module: &Path, world: Option<&str>, out: &Path) -> Result<(), ComponentError> {
+    let mut bytes = std::fs::read(module).map_err(io(module))?;
+    if let Some(world) = world {
+        let (resolve, world_id) = contract(world)?;
+        wit_component::embed_component_metadata(
+            &mut bytes,
+            &resolve,
+            world_id,
+            wit_component::StringEncoding::UTF8,
+            false,
+        )
+        .map_err(|e| ComponentError::Tool(e.context(format!("embedding the world {world}"))))?;
+    }
     let component = wit_component::ComponentEncoder::default()
         .module(&bytes)
         .and_then(|e| {
@@ -213,4 +240,36 @@ pub fn new_component(module: &Path, out: &Path) -> Result<(), ComponentError> {
         .and_then(|e| e.validate(true).encode())
         .map_err(|e| ComponentError::Tool(e.context(format!("{}", module.display()))))?;
     std::fs::write(out, component).map_err(io(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_component;
+
+    /// Wraps `module` (with `world` embedded first, when given); the error's text.
+    fn wrap(module: &[u8], world: Option<&str>) -> Result<Vec<u8>, String> {
+        let dir = tempfile::tempdir().expect("dir");
+        let (input, out) = (dir.path().join("core.wasm"), dir.path().join("c.wasm"));
+        std::fs::write(&input, module).expect("module written");
+        new_component(&input, world, &out).map_err(|e| format!("{e:#}"))?;
+        Ok(std::fs::read(&out).expect("component"))
+    }
+
+    #[test]
+    fn a_module_without_the_type_object_is_held_to_the_world_it_names() {
+        // The smallest core module: no exports, no component-type section.
+        let empty = b"\0asm\x01\0\0\0";
+        // Without a world, nothing is asked of it: an empty component.
+        wrap(empty, None).expect("an empty module wraps into an empty component");
+        // With one, the world's type is embedded and its exports are required: the
+        // encoder names the first one missing (so a Go or hand-written module learns what to
+        // define).
+        let e = wrap(empty, Some("stage-typed")).expect_err("the stage's exports are missing");
+        assert!(
+            e.contains("weir:stage/stage@0.1.0") && e.contains("init"),
+            "the error does not name the missing export: {e}"
+        );
+        let e = wrap(empty, Some("stage-slow")).expect_err("no such world");
+        assert!(e.contains("stage-slow"), "{e}");
+    }
 }
