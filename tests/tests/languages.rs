@@ -1,4 +1,4 @@
-//! Stages in Rust, C, Python and JavaScript, each built from source by its SDK
+//! Stages in Rust, C, Python, JavaScript and Go, each built from source by its SDK
 //! (`scripts/build-plugins`) and run through the real `weir` binary: the same job gives the same
 //! results in every language, the sandbox holds for the heavy runtimes (no files, environment
 //! or network unless granted; memory cap and deadline), and compiled code is cached.
@@ -79,7 +79,7 @@ fn run_orders_on(lang: &str, contract: &str) -> (Vec<Value>, Vec<Value>, Value) 
 }
 
 #[test]
-fn the_orders_stage_gives_the_same_results_in_rust_c_python_and_js() {
+fn the_orders_stage_gives_the_same_results_in_rust_c_python_js_and_go() {
     let (out, rejected, counts) = run_orders("rust");
     // What the job means, on the Rust stage: the 8 paid orders tagged, 8 valid others dropped,
     // 19 rejected with one of three reasons.
@@ -119,14 +119,16 @@ fn the_orders_stage_gives_the_same_results_in_rust_c_python_and_js() {
         (Some(35), Some(8))
     );
 
-    // Every SDK exports the packed path, which the host prefers; C, Python and JS once more on
-    // the typed path (`contract: typed`), and the JS stage compiled ahead of time
-    // (`weir-build-js --aot`, weval): the same answers every way.
+    // Every SDK but Go's exports the packed path, which the host prefers; C, Python and JS once
+    // more on the typed path (`contract: typed`), the JS stage compiled ahead of time
+    // (`weir-build-js --aot`, weval), and the Go stage (typed): the same answers every way.
     let runs = LANGS[1..]
         .iter()
         .map(|lang| (*lang, ""))
         .chain(["c", "python", "js"].map(|lang| (lang, "    contract: typed\n")))
-        .chain([("js-aot", "")]);
+        .chain([("js-aot", "")])
+        // Go (sdk/go) exports the typed path only, so far.
+        .chain([("go", "    contract: typed\n")]);
     for (lang, contract) in runs {
         let (o, r, c) = run_orders_on(lang, contract);
         let path = if contract.is_empty() {

@@ -1,0 +1,190 @@
+//go:build wasip1
+
+// The contract's typed exports (`weir:stage/stage@0.1.0`, world `stage-typed`) written by hand
+// on the component model's canonical ABI (32-bit memory): wit-bindgen-go's generated exports
+// do not compile with Go's own `//go:wasmexport` (docs/languages/go.md).
+
+package weir
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// Host-written arguments (through cabi_realloc) and results the host reads: kept alive until
+// the next call, since the garbage collector cannot see addresses held as integers.
+var held [][]byte
+
+func addr(b []byte) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+func mem(p, n uint32) []byte {
+	if n == 0 {
+		return nil
+	}
+	// Linear memory starts at address 0: an address the host gave is an offset from nil.
+	return unsafe.Slice((*byte)(unsafe.Add(nil, p)), n)
+}
+
+func get32(p uint32) uint32 { return binary.LittleEndian.Uint32(mem(p, 4)) }
+func get64(p uint32) uint64 { return binary.LittleEndian.Uint64(mem(p, 8)) }
+func put32(p, v uint32)     { binary.LittleEndian.PutUint32(mem(p, 4), v) }
+func put64(p uint32, v uint64) {
+	binary.LittleEndian.PutUint64(mem(p, 8), v)
+}
+
+// alloc returns the address of n zeroed bytes aligned to align, held until the next call.
+func alloc(n, align uint32) uint32 {
+	if n == 0 {
+		return align
+	}
+	b := make([]byte, n+align)
+	held = append(held, b)
+	p := addr(b)
+	return (p + align - 1) &^ (align - 1)
+}
+
+//go:wasmexport cabi_realloc
+func cabiRealloc(old, oldSize, align, newSize uint32) uint32 {
+	p := alloc(newSize, align)
+	if old != 0 {
+		copy(mem(p, newSize), mem(old, min(oldSize, newSize)))
+	}
+	return p
+}
+
+// The WASI adapter allocates its own state while Go's runtime starts (`_initialize`, on Go's
+// system stack), before Go's heap can be used: it gets a static area instead. The function
+// must stay a leaf with no runtime call (no panic, no bounds check): anything that may grow
+// the stack traps there (`runtime.badsystemstack`). The adapter asks for a few KiB once.
+var adapterArea [1 << 16]byte
+var adapterUsed uint32
+
+//go:wasmexport cabi_realloc_adapter
+func cabiReallocAdapter(old, oldSize, align, newSize uint32) uint32 {
+	base := uint32(uintptr(unsafe.Pointer(&adapterArea[0])))
+	p := (base + adapterUsed + align - 1) &^ (align - 1)
+	adapterUsed = p - base + newSize
+	return p
+}
+
+func bytesAt(p uint32) []byte { // a list<u8> at p: (ptr, len)
+	return append([]byte(nil), mem(get32(p), get32(p+4))...)
+}
+
+func stringAt(p uint32) string { return string(mem(get32(p), get32(p+4))) }
+
+func optionBytesAt(p uint32) []byte { // option<list<u8>>: tag u8, then the list at +4
+	if mem(p, 1)[0] == 0 {
+		return nil
+	}
+	b := bytesAt(p + 4)
+	if b == nil {
+		b = []byte{}
+	}
+	return b
+}
+
+// message: key @0, value @12, headers @24, timestamp @32 (value @40), topic @48; 64 bytes.
+func messageAt(p uint32) Message {
+	m := Message{Key: optionBytesAt(p), Value: optionBytesAt(p + 12)}
+	hp, hn := get32(p+24), get32(p+28)
+	for i := uint32(0); i < hn; i++ {
+		h := hp + 20*i
+		m.Headers = append(m.Headers, Header{Key: stringAt(h), Value: optionBytesAt(h + 8)})
+	}
+	if mem(p+32, 1)[0] != 0 {
+		ts := int64(get64(p + 40))
+		m.Timestamp = &ts
+	}
+	if mem(p+48, 1)[0] != 0 {
+		t := stringAt(p + 52)
+		m.Topic = &t
+	}
+	return m
+}
+
+func putBytes(p uint32, b []byte) { // a list<u8> at p
+	q := alloc(uint32(len(b)), 1)
+	copy(mem(q, uint32(len(b))), b)
+	put32(p, q)
+	put32(p+4, uint32(len(b)))
+}
+
+func putOptionBytes(p uint32, b []byte) {
+	if b == nil {
+		return // tag 0: absent
+	}
+	mem(p, 1)[0] = 1
+	putBytes(p+4, b)
+}
+
+func putMessage(p uint32, m *Message) {
+	putOptionBytes(p, m.Key)
+	putOptionBytes(p+12, m.Value)
+	if n := uint32(len(m.Headers)); n > 0 {
+		hp := alloc(20*n, 4)
+		for i, h := range m.Headers {
+			q := hp + 20*uint32(i)
+			putBytes(q, []byte(h.Key))
+			putOptionBytes(q+8, h.Value)
+		}
+		put32(p+24, hp)
+		put32(p+28, n)
+	}
+	if m.Timestamp != nil {
+		mem(p+32, 1)[0] = 1
+		put64(p+40, uint64(*m.Timestamp))
+	}
+	if m.Topic != nil {
+		mem(p+48, 1)[0] = 1
+		putBytes(p+52, []byte(*m.Topic))
+	}
+}
+
+//go:wasmexport weir:stage/stage@0.1.0#init
+func exportInit(ptr, n uint32) uint32 {
+	held = held[:0]
+	cfg := Config{}
+	for i := uint32(0); i < n; i++ {
+		e := ptr + 16*i
+		cfg[stringAt(e)] = stringAt(e + 8)
+	}
+	ret := alloc(12, 4) // result<_, string>: tag, then the error at +4
+	if process == nil {
+		mem(ret, 1)[0] = 1
+		putBytes(ret+4, []byte("no stage registered: call weir.Stage in the program's init"))
+	} else if setup != nil {
+		if err := setup(cfg); err != nil {
+			mem(ret, 1)[0] = 1
+			putBytes(ret+4, []byte(err.Error()))
+		}
+	}
+	return ret
+}
+
+//go:wasmexport weir:stage/stage@0.1.0#process
+func exportProcess(args uint32) uint32 {
+	m := messageAt(args)
+	meta := Metadata{
+		Topic:     stringAt(args + 64),
+		Partition: int32(get32(args + 72)),
+		Offset:    int64(get64(args + 80)),
+	}
+	held = held[:0] // the arguments are copied out: what the host wrote can go
+	out := process(&m, meta)
+	ret := alloc(12, 4) // outcome: tag, then the case's list or string at +4
+	mem(ret, 1)[0] = out.kind
+	switch out.kind {
+	case 1:
+		n := uint32(len(out.next))
+		lp := alloc(64*n, 8)
+		for i := range out.next {
+			putMessage(lp+64*uint32(i), &out.next[i])
+		}
+		put32(ret+4, lp)
+		put32(ret+8, n)
+	case 2, 3:
+		putBytes(ret+4, []byte(out.reason))
+	}
+	return ret
+}

@@ -1,0 +1,3 @@
+module weir.dev/sdk
+
+go 1.24
