@@ -15,6 +15,12 @@ import (
 // the next call, since the garbage collector cannot see addresses held as integers.
 var held [][]byte
 
+// release lets the last call's buffers go (cleared, so the slice's array does not keep them).
+func release() {
+	clear(held)
+	held = held[:0]
+}
+
 func addr(b []byte) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 
 func mem(p, n uint32) []byte {
@@ -143,7 +149,7 @@ func putMessage(p uint32, m *Message) {
 
 //go:wasmexport weir:stage/stage@0.1.0#init
 func exportInit(ptr, n uint32) uint32 {
-	held = held[:0]
+	release()
 	cfg := Config{}
 	for i := uint32(0); i < n; i++ {
 		e := ptr + 16*i
@@ -170,7 +176,7 @@ func exportProcess(args uint32) uint32 {
 		Partition: int32(get32(args + 72)),
 		Offset:    int64(get64(args + 80)),
 	}
-	held = held[:0] // the arguments are copied out: what the host wrote can go
+	release() // the arguments are copied out: what the host wrote can go
 	out := process(&m, meta)
 	ret := alloc(12, 4) // outcome: tag, then the case's list or string at +4
 	mem(ret, 1)[0] = out.kind

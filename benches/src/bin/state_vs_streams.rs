@@ -168,7 +168,7 @@ fn main() {
             .set("bootstrap.servers", &cluster.bootstrap)
             .create()
             .expect("an admin client"),
-        runs: Mutex::new(0),
+        runs: std::cell::Cell::new(0),
     };
     match a.mode.as_str() {
         "throughput" => bench.throughput(),
@@ -183,7 +183,7 @@ struct Bench<'a> {
     broker_pid: u32,
     work: PathBuf,
     admin: AdminClient<DefaultClientContext>,
-    runs: Mutex<usize>,
+    runs: std::cell::Cell<usize>,
 }
 
 /// One run's figures.
@@ -198,7 +198,6 @@ struct Figures {
     p99_ms: f64,
     rss_mib: f64,
     outputs: u64,
-    exact: bool,
 }
 
 impl Bench<'_> {
@@ -229,7 +228,8 @@ impl Bench<'_> {
                             f.p99_ms,
                             f.rss_mib,
                             f.outputs,
-                            if f.side.starts_with("misbehave") { "counted" } else if f.exact { "exact" } else { "WRONG" }
+                            // (A run whose totals are not exact stops the bench.)
+                            if f.side.starts_with("misbehave") { "counted" } else { "exact" }
                         );
                         all.push(f);
                     }
@@ -281,11 +281,8 @@ impl Bench<'_> {
 
     /// A fresh run name, and its input and output topics (the input written).
     fn topics(&self, records: usize, keys: usize) -> (String, Input) {
-        let run = {
-            let mut n = self.runs.lock().expect("runs");
-            *n += 1;
-            format!("r{n}")
-        };
+        self.runs.set(self.runs.get() + 1);
+        let run = format!("r{}", self.runs.get());
         let (input, output) = (format!("{run}-in"), format!("{run}-out"));
         let topics = [
             NewTopic::new(&input, PARTITIONS, TopicReplication::Fixed(1)),
@@ -308,8 +305,12 @@ impl Bench<'_> {
         (run, inp)
     }
 
-    /// Deletes a run's topics (its input, output and changelogs), so the disk holds one run.
-    fn drop_topics(&self, run: &str) {
+    /// Deletes a run's topics (its input, output and changelogs) and, unless
+    /// `WEIR_BENCH_KEEP` is set, its folder: the disk holds one run.
+    fn clean(&self, run: &str) {
+        if std::env::var_os("WEIR_BENCH_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(self.work.join(run));
+        }
         let meta = self
             .admin
             .inner()
@@ -379,10 +380,7 @@ impl Bench<'_> {
                 lat[(lat.len() - 1) * p / 100] as f64
             }
         };
-        self.drop_topics(&run);
-        if std::env::var_os("WEIR_BENCH_KEEP").is_none() {
-            let _ = std::fs::remove_dir_all(self.work.join(&run));
-        }
+        self.clean(&run);
         Figures {
             side: side.to_owned(),
             keys,
@@ -394,7 +392,6 @@ impl Bench<'_> {
             p99_ms: pct(99),
             rss_mib: rss,
             outputs,
-            exact: true,
         }
     }
 
@@ -442,10 +439,7 @@ impl Bench<'_> {
                     if exact { "exact" } else { "WRONG" }
                 );
                 drop(reader);
-                self.drop_topics(&run);
-                if std::env::var_os("WEIR_BENCH_KEEP").is_none() {
-                    let _ = std::fs::remove_dir_all(self.work.join(&run));
-                }
+                self.clean(&run);
             }
         }
     }
@@ -581,24 +575,14 @@ impl Side {
     }
 
     fn fail(&mut self, what: &str, reader: &Reader) -> ! {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let tail: String = log
-            .lines()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n");
         panic!(
-            "{}: {what} ({} outputs; {} of {} keys exact; exited: {:?}); its log {}:\n{tail}",
+            "{}: {what} ({} outputs; {} of {} keys exact; exited: {:?}){}",
             self.side,
             reader.outputs(),
             reader.matching(),
             reader.keys(),
             self.child.try_wait().ok().flatten(),
-            self.log.display()
+            weir_tests::evidence::tail(&self.log)
         );
     }
 
@@ -773,13 +757,16 @@ impl Reader {
                     };
                     let m = m.expect("reading the output");
                     let at = now_ms();
-                    let key = std::str::from_utf8(m.key().expect("a key")).expect("a UTF-8 key");
-                    let k: usize = key[1..].parse().expect("a key k<N>");
                     let ts = m.timestamp().to_millis().unwrap_or(0);
                     let mut s = seen.lock().expect("seen");
                     s.outputs += 1;
                     s.first.get_or_insert_with(Instant::now);
                     if s.counting.is_none() {
+                        let key = m.key().expect("a key");
+                        let k: usize = std::str::from_utf8(&key[1..])
+                            .ok()
+                            .and_then(|k| k.parse().ok())
+                            .expect("a key k<N>");
                         let total = total(m.payload().expect("a value"));
                         if s.latest[k] == s.target[k] {
                             s.matching -= 1;
@@ -851,8 +838,8 @@ impl Reader {
         if let Some(t) = self.thread.take() {
             t.join().expect("reader");
         }
-        let s = self.seen.lock().expect("seen");
-        (s.outputs, s.latencies.clone())
+        let mut s = self.seen.lock().expect("seen");
+        (s.outputs, std::mem::take(&mut s.latencies))
     }
 }
 

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use wit_bindgen_core::wit_parser::Resolve;
+use wit_bindgen_core::wit_parser::{Resolve, WorldId};
 
 /// The stage contract this `weir` speaks, as shipped in `wit/weir.wit`.
 pub const WIT: &str = include_str!("../../../wit/weir.wit");
@@ -145,9 +145,7 @@ pub fn write_wit(out: &Path) -> Result<PathBuf, ComponentError> {
 }
 
 /// The contract with the packages it uses, and its world `world`.
-fn contract(
-    world: &str,
-) -> Result<(Resolve, wit_bindgen_core::wit_parser::WorldId), ComponentError> {
+fn contract(world: &str) -> Result<(Resolve, WorldId), ComponentError> {
     let mut resolve = Resolve::default();
     // The package the contract imports first, from its files.
     let mut deps = wit_bindgen_core::wit_parser::SourceMap::new();
