@@ -5,12 +5,11 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	weir "weir.dev/sdk"
+	"weir.dev/sdk/exactjson"
 )
 
 type orders struct{ field, equals, tag, tagValue string }
@@ -33,15 +32,8 @@ func (o *orders) process(m *weir.Message, _ weir.Metadata) weir.Outcome {
 	if m.Value == nil {
 		return weir.Reject("no value")
 	}
-	// Go's decoder replaces invalid UTF-8 instead of refusing it: checked first, as the
-	// other languages' parsers do.
-	if !utf8.Valid(m.Value) {
-		return weir.Reject("malformed JSON")
-	}
-	var doc any
-	d := json.NewDecoder(bytes.NewReader(m.Value))
-	d.UseNumber()
-	if err := d.Decode(&doc); err != nil || d.More() {
+	doc, err := exactjson.Parse(m.Value)
+	if err != nil {
 		return weir.Reject("malformed JSON")
 	}
 	obj, ok := doc.(map[string]any)

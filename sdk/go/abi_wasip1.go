@@ -156,14 +156,9 @@ func exportInit(ptr, n uint32) uint32 {
 		cfg[stringAt(e)] = stringAt(e + 8)
 	}
 	ret := alloc(12, 4) // result<_, string>: tag, then the error at +4
-	if process == nil {
+	if err := initStage(cfg); err != nil {
 		mem(ret, 1)[0] = 1
-		putBytes(ret+4, []byte("no stage registered: call weir.Stage in the program's init"))
-	} else if setup != nil {
-		if err := setup(cfg); err != nil {
-			mem(ret, 1)[0] = 1
-			putBytes(ret+4, []byte(err.Error()))
-		}
+		putBytes(ret+4, []byte(err.Error()))
 	}
 	return ret
 }
@@ -179,9 +174,9 @@ func exportProcess(args uint32) uint32 {
 	release() // the arguments are copied out: what the host wrote can go
 	out := process(&m, meta)
 	ret := alloc(12, 4) // outcome: tag, then the case's list or string at +4
-	mem(ret, 1)[0] = out.kind
+	mem(ret, 1)[0] = uint8(out.kind)
 	switch out.kind {
-	case 1:
+	case KindNext:
 		n := uint32(len(out.next))
 		lp := alloc(64*n, 8)
 		for i := range out.next {
@@ -189,7 +184,7 @@ func exportProcess(args uint32) uint32 {
 		}
 		put32(ret+4, lp)
 		put32(ret+8, n)
-	case 2, 3:
+	case KindReject, KindFail:
 		putBytes(ret+4, []byte(out.reason))
 	}
 	return ret

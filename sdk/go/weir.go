@@ -16,6 +16,8 @@
 //	func main() {}
 package weir
 
+import "strconv"
+
 // Header is one message header; a nil Value is an absent one.
 type Header struct {
 	Key   string
@@ -43,6 +45,14 @@ func (m *Message) Header(key string) ([]byte, bool) {
 	return nil, false
 }
 
+// WithHeader returns a copy of the message with one more header (the input's headers are
+// not changed).
+func (m *Message) WithHeader(key string, value []byte) Message {
+	out := *m
+	out.Headers = append(append(make([]Header, 0, len(m.Headers)+1), m.Headers...), Header{key, value})
+	return out
+}
+
 // Metadata says where an input message came from.
 type Metadata struct {
 	Topic     string
@@ -50,27 +60,72 @@ type Metadata struct {
 	Offset    int64
 }
 
+// Kind says which outcome an [Outcome] is.
+type Kind uint8
+
+// The outcomes, in the contract's order.
+const (
+	KindKeep Kind = iota
+	KindNext
+	KindReject
+	KindFail
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindKeep:
+		return "keep"
+	case KindNext:
+		return "next"
+	case KindReject:
+		return "reject"
+	case KindFail:
+		return "fail"
+	}
+	return "unknown"
+}
+
 // Outcome is what becomes of one input message.
 type Outcome struct {
-	kind   uint8
+	kind   Kind
 	next   []Message
 	reason string
 }
 
+// Kind is which outcome this is ([Drop] is a [KindNext] with no messages).
+func (o Outcome) Kind() Kind { return o.kind }
+
+// Messages are the messages that continue instead of the input ([KindNext]).
+func (o Outcome) Messages() []Message { return o.next }
+
+// Reason is the reason of a [KindReject] or [KindFail].
+func (o Outcome) Reason() string { return o.reason }
+
+// String shows the outcome as test failures print it: `next(2)`, `reject: no value`.
+func (o Outcome) String() string {
+	switch o.kind {
+	case KindNext:
+		return o.kind.String() + "(" + strconv.Itoa(len(o.next)) + ")"
+	case KindReject, KindFail:
+		return o.kind.String() + ": " + o.reason
+	}
+	return o.kind.String()
+}
+
 // Keep lets the input continue unchanged.
-func Keep() Outcome { return Outcome{kind: 0} }
+func Keep() Outcome { return Outcome{kind: KindKeep} }
 
 // Next lets these messages continue instead of the input (none: the input is dropped).
-func Next(msgs ...Message) Outcome { return Outcome{kind: 1, next: msgs} }
+func Next(msgs ...Message) Outcome { return Outcome{kind: KindNext, next: msgs} }
 
 // Drop filters the input out.
-func Drop() Outcome { return Outcome{kind: 1} }
+func Drop() Outcome { return Outcome{kind: KindNext} }
 
 // Reject sends the input to the reject path with a reason.
-func Reject(reason string) Outcome { return Outcome{kind: 2, reason: reason} }
+func Reject(reason string) Outcome { return Outcome{kind: KindReject, reason: reason} }
 
 // Fail stops the pipeline with a reason.
-func Fail(reason string) Outcome { return Outcome{kind: 3, reason: reason} }
+func Fail(reason string) Outcome { return Outcome{kind: KindFail, reason: reason} }
 
 // Config is the stage's `config` map from the pipeline YAML (values rendered as strings).
 type Config map[string]string
@@ -91,4 +146,34 @@ func Stage(p Process) { process = p }
 func StageWithInit(init func(Config) error, p Process) {
 	setup = init
 	process = p
+}
+
+// initStage runs the registered init with the config; an error says what to fix.
+func initStage(cfg Config) error {
+	if process == nil {
+		return errNoStage
+	}
+	if setup != nil {
+		return setup(cfg)
+	}
+	return nil
+}
+
+type stageError string
+
+func (e stageError) Error() string { return string(e) }
+
+const errNoStage = stageError("no stage registered: call weir.Stage in the program's init")
+
+// Init runs the registered stage's init with this config, as the host does once per
+// instance before any message (for native tests; see [Call]).
+func Init(cfg Config) error { return initStage(cfg) }
+
+// Call hands one message to the registered stage, as the host does (for native tests: state
+// calls go to in-memory buckets, which [ResetState] empties).
+func Call(m Message, meta Metadata) Outcome {
+	if process == nil {
+		return Fail(string(errNoStage))
+	}
+	return process(&m, meta)
 }

@@ -180,9 +180,14 @@ fn walk_scaffold(sh: &mut Shell, lang: &str) -> PathBuf {
         }
         seen.push(verb);
     }
-    for verb in ["./build.sh", "weir test", "weir run"] {
+    let verbs: &[&str] = if lang == "go" {
+        &["go test", "./build.sh", "weir test", "weir run"]
+    } else {
+        &["./build.sh", "weir test", "weir run"]
+    };
+    for verb in verbs {
         assert!(
-            seen.iter().any(|v| v == verb),
+            seen.iter().any(|v| v == *verb),
             "{lang}: the README walks through `{verb}`: {commands:?}"
         );
     }
@@ -236,6 +241,22 @@ fn a_python_stage_from_weir_new_builds_tests_and_runs_as_its_readme_says() {
 #[test]
 fn a_js_stage_from_weir_new_builds_tests_and_runs_as_its_readme_says() {
     walk_scaffold(&mut Shell::new(), "js");
+}
+
+#[test]
+fn a_go_stage_from_weir_new_tests_builds_and_runs_as_its_readme_says() {
+    let mut sh = Shell::new();
+    let project = walk_scaffold(&mut sh, "go");
+    // The README's `go test .` ran the scaffold's own test; a broken stage fails it.
+    let source = project.join("stage.go");
+    let text = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(&source, text.replace("weir.Drop()", "weir.Keep()")).unwrap();
+    let o = sh.sh(&project, "go test .");
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stdout).contains("dropped"),
+        "go test passed a stage that keeps what it should drop: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 /// The blocks of a page marked `<!-- walk: WHAT -->` (the fenced block right after the
@@ -637,4 +658,44 @@ fn each_sdks_api_reference_names_every_function_with_an_example() {
         })
         .collect();
     check("c", "sdk/c/API.md", c);
+    // Go: the reference is `go doc`, its examples `sdk/go/example_test.go` (which `go test`
+    // runs): every exported function and method has one (`ExampleName`, `ExampleType_Method`).
+    let mut go = Vec::new();
+    for entry in std::fs::read_dir(root().join("sdk/go")).unwrap() {
+        let file = entry.unwrap().path();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".go") || name.ends_with("_test.go") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&file).unwrap().lines() {
+            let Some(rest) = line.strip_prefix("func ") else {
+                continue;
+            };
+            // `func (b *Bucket) Get(` → Bucket_Get; `func Keep(` → Keep.
+            let (receiver, rest) = match rest.strip_prefix('(') {
+                Some(r) => {
+                    let close = r.find(')').unwrap();
+                    let ty = r[..close].rsplit([' ', '*']).next().unwrap();
+                    (format!("{ty}_"), r[close + 1..].trim_start())
+                }
+                None => (String::new(), rest),
+            };
+            let f = rest.split(['(', '[']).next().unwrap();
+            if f.starts_with(char::is_uppercase)
+                && (receiver.is_empty() || receiver.starts_with(char::is_uppercase))
+            {
+                go.push(format!("{receiver}{f}"));
+            }
+        }
+    }
+    let examples = read("sdk/go/example_test.go");
+    let missing: Vec<_> = go
+        .iter()
+        .filter(|f| !examples.contains(&format!("func Example{f}()")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "go: sdk/go/example_test.go has no example of {missing:?}"
+    );
+    assert!(go.len() >= 20, "go: found the exports: {go:?}");
 }

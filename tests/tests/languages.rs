@@ -8,7 +8,7 @@ use weir_tests::languages::{plugin, shared_cache};
 use weir_tests::{pipeline_yaml, scratch, stage, stderr, Scratch};
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
-const LANGS: [&str; 4] = ["rust", "c", "python", "js"];
+const LANGS: [&str; 5] = ["rust", "c", "python", "js", "go"];
 const ORDERS_CONFIG: [(&str, &str); 4] = [
     ("field", "status"),
     ("equals", "paid"),
@@ -119,16 +119,14 @@ fn the_orders_stage_gives_the_same_results_in_rust_c_python_js_and_go() {
         (Some(35), Some(8))
     );
 
-    // Every SDK but Go's exports the packed path, which the host prefers; C, Python and JS once
-    // more on the typed path (`contract: typed`), the JS stage compiled ahead of time
-    // (`weir-build-js --aot`, weval), and the Go stage (typed): the same answers every way.
+    // Every SDK exports the packed path, which the host prefers; C, Python, JS and Go once
+    // more on the typed path (`contract: typed`), and the JS stage compiled ahead of time
+    // (`weir-build-js --aot`, weval): the same answers every way.
     let runs = LANGS[1..]
         .iter()
         .map(|lang| (*lang, ""))
-        .chain(["c", "python", "js"].map(|lang| (lang, "    contract: typed\n")))
-        .chain([("js-aot", "")])
-        // Go (sdk/go) exports the typed path only, so far.
-        .chain([("go", "    contract: typed\n")]);
+        .chain(["c", "python", "js", "go"].map(|lang| (lang, "    contract: typed\n")))
+        .chain([("js-aot", "")]);
     for (lang, contract) in runs {
         let (o, r, c) = run_orders_on(lang, contract);
         let path = if contract.is_empty() {
@@ -372,7 +370,7 @@ fn a_second_start_of_a_python_or_js_pipeline_loads_compiled_code_from_the_cache(
 }
 
 #[test]
-fn all_four_languages_run_in_one_chain_on_kafka() {
+fn all_five_languages_run_in_one_chain_on_kafka() {
     let s = scratch!();
     s.write("orders.jsonl", &input());
     let mut stages = String::new();
@@ -416,7 +414,7 @@ fn all_four_languages_run_in_one_chain_on_kafka() {
     assert_eq!(s.read_jsonl("topics/dlq.jsonl").len(), 19);
     let report = s.report();
     let stages = report["stages"].as_array().unwrap();
-    assert_eq!(stages.len(), 4);
+    assert_eq!(stages.len(), LANGS.len());
     for st in &stages[1..] {
         assert_eq!(
             (st["input"].as_u64(), st["next"].as_u64()),
@@ -515,7 +513,7 @@ fn run_running_total(
 }
 
 #[test]
-fn the_running_total_stage_keeps_the_same_totals_in_rust_c_python_and_js() {
+fn the_running_total_stage_keeps_the_same_totals_in_rust_c_python_js_and_go() {
     let lines = weir_tests::read_jsonl(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/data/running-total.jsonl"
@@ -543,7 +541,7 @@ fn the_running_total_stage_keeps_the_same_totals_in_rust_c_python_and_js() {
         .collect();
     assert_eq!(store, want, "rust: the store after both runs");
     assert_eq!(rust_rejects.len(), 11, "rust rejects: {rust_rejects:?}");
-    for lang in ["c", "python", "js"] {
+    for lang in ["c", "python", "js", "go"] {
         let (out, rejects, store) = run_running_total(lang, [first, second]);
         assert_eq!(out, rust_out, "{lang}: outputs differ from rust's");
         assert_eq!(
@@ -597,6 +595,7 @@ fn the_examples_in_every_language_build_to_the_same_bytes_twice() {
     for (lang, dir, file) in [
         ("c", "orders-c", "orders.c"),
         ("js", "orders-js", "orders.js"),
+        ("go", "orders-go", "."),
     ] {
         sdk_build(lang, dir, file, &one, &one.join(format!("{lang}.wasm")));
         sdk_build(
@@ -733,4 +732,40 @@ fn the_examples_in_every_language_build_to_the_same_bytes_twice() {
     touch();
     cargo(&two.join("rust-again.wasm"));
     assert_same_bytes("rust", &one.join("rust.wasm"), &two.join("rust-again.wasm"));
+}
+
+/// The Go SDK's tests and examples (its API reference: `go doc` shows them, and each checks
+/// its output), and the Go examples' native tests (state in memory), run by `go test`; `go
+/// vet` on both targets (natively, and wasip1 where the ABI code is).
+#[test]
+fn the_go_sdk_and_examples_pass_go_vet_and_their_native_tests() {
+    let root = weir_tests::languages::root();
+    // A shell that did not read the login files may lack Go's folder (as weir-build-go).
+    let path = format!(
+        "{}:/usr/local/go/bin",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for dir in ["sdk/go", "plugins/orders-go", "plugins/running-total-go"] {
+        for (goos, args) in [
+            ("", &["vet", "./..."][..]),
+            ("wasip1", &["vet", "./..."]),
+            ("", &["test", "-count=1", "./..."]),
+        ] {
+            let mut cmd = std::process::Command::new("go");
+            cmd.args(args)
+                .current_dir(root.join(dir))
+                .env("PATH", &path);
+            if !goos.is_empty() {
+                cmd.env("GOOS", goos).env("GOARCH", "wasm");
+            }
+            let o = cmd.output().expect("running go");
+            assert!(
+                o.status.success(),
+                "{dir}: GOOS={goos} go {}: {}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&o.stdout),
+                stderr(&o)
+            );
+        }
+    }
 }

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+mod go;
 mod other;
 mod rust;
 
@@ -17,6 +18,8 @@ pub enum Lang {
     Python,
     /// JavaScript with the JS SDK (`sdk/js`), bundled by esbuild, built by componentize-js.
     Js,
+    /// Go with the Go SDK (`sdk/go`: typed + packed fast path), built by Go 1.24+ for wasip1.
+    Go,
 }
 
 impl Lang {
@@ -27,17 +30,19 @@ impl Lang {
             Lang::C => ("c", "weir-build-c"),
             Lang::Python => ("python", "weir-build-python"),
             Lang::Js => ("js", "weir-build-js"),
+            Lang::Go => ("go", "weir-build-go"),
         }
     }
 
-    /// The file `scripts/pack-sdks` makes for this language, at this binary's version (C has
-    /// no package: its SDK is files a project compiles in).
+    /// The file `scripts/pack-sdks` makes for this language, at this binary's version (C and
+    /// Go have none: a C project compiles the SDK's files in, a Go module names the SDK's
+    /// folder in a `replace`, since the module is not published).
     fn package_file(self) -> Option<String> {
         match self {
             Lang::Rust => Some(format!("weir-sdk-{VERSION}.crate")),
             Lang::Js => Some(format!("weir-sdk-{VERSION}.tgz")),
             Lang::Python => Some(format!("weir_sdk-{VERSION}-py3-none-any.whl")),
-            Lang::C => None,
+            Lang::C | Lang::Go => None,
         }
     }
 
@@ -48,6 +53,7 @@ impl Lang {
             Lang::C => "C",
             Lang::Python => "Python",
             Lang::Js => "JavaScript",
+            Lang::Go => "Go",
         }
     }
 }
@@ -108,9 +114,10 @@ fn resolve_sdk(lang: Lang, flag: Option<&str>) -> Result<Sdk, String> {
     };
     match flag {
         Some("registry") if package.is_some() => Ok(Sdk::Registry),
-        Some("registry") => {
-            Err("the C SDK is not a package: pass --sdk PATH/TO/weir/sdk/c (its folder)".to_owned())
-        }
+        Some("registry") => Err(format!(
+            "the {} SDK is not a package: pass --sdk PATH/TO/weir/sdk/{folder} (its folder)",
+            lang.label()
+        )),
         Some(path) => classify(Path::new(path)).ok_or_else(|| {
             let packed = package.map_or(String::new(), |f| {
                 format!("a folder of packed SDK packages holding {f} (scripts/pack-sdks), or ")
@@ -131,7 +138,8 @@ fn resolve_sdk(lang: Lang, flag: Option<&str>) -> Result<Sdk, String> {
                 let dir = checkout().join("sdk").join(folder);
                 classify(&dir).ok_or_else(|| {
                     format!(
-                        "the C SDK is not at {}: pass --sdk PATH/TO/weir/sdk/c",
+                        "the {} SDK is not at {}: pass --sdk PATH/TO/weir/sdk/{folder}",
+                        lang.label(),
                         dir.display()
                     )
                 })
@@ -161,6 +169,26 @@ reject:
   jsonl: { path: rejected.jsonl }
 "#;
 
+/// Writes a scaffold's files shared by every language: the sample input, the pipeline that
+/// runs `stage.wasm` on it (`limits`: extra stage lines, or nothing), the README (`readme`,
+/// filled already) and the `.gitignore` (`ignore`).
+fn write_common(
+    root: &Path,
+    name: &str,
+    limits: &str,
+    readme: &str,
+    ignore: &str,
+) -> std::io::Result<()> {
+    std::fs::write(root.join("sample.jsonl"), SAMPLE)?;
+    let pipeline = PIPELINE
+        .replace("{{name}}", name)
+        .replace("{{plugin}}", "stage.wasm")
+        .replace("{{limits}}", limits);
+    std::fs::write(root.join("pipeline.yaml"), pipeline)?;
+    std::fs::write(root.join("README.md"), readme)?;
+    std::fs::write(root.join(".gitignore"), ignore)
+}
+
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -186,6 +214,7 @@ pub fn new(args: &NewArgs) -> ExitCode {
     }
     let made = match args.lang {
         Lang::Rust => rust::scaffold(&root, &args.name, &sdk),
+        Lang::Go => go::scaffold(&root, &args.name, &sdk),
         lang => other::scaffold(lang, &root, &args.name, &sdk),
     };
     match made {

@@ -66,7 +66,9 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Sdk) -> std::io::Resu
         Lang::C => ("stage.c", C_STAGE, C_BUILD_SH),
         Lang::Python => ("stage.py", PY_STAGE, PY_BUILD_SH),
         Lang::Js => ("stage.js", JS_STAGE, JS_BUILD_SH),
-        Lang::Rust => unreachable!("the Rust scaffold is rust::scaffold"),
+        Lang::Rust | Lang::Go => {
+            unreachable!("the Rust and Go scaffolds have modules of their own")
+        }
     };
     // SpiderMonkey's heap settles above 64 MiB now and then (docs/languages/js.md).
     let limits = if lang == Lang::Js {
@@ -85,7 +87,7 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Sdk) -> std::io::Resu
         Lang::C => format!("`{folder}/API.md` (and the comments of `{folder}/weir.h`)"),
         Lang::Python => "`.venv/bin/weir-build-python --api` (after the first build)".to_owned(),
         Lang::Js => "`node_modules/weir-sdk/API.md` (after the first build)".to_owned(),
-        Lang::Rust => unreachable!(),
+        Lang::Rust | Lang::Go => unreachable!(),
     };
     let manifest = if lang == Lang::Js {
         "package.json"
@@ -127,18 +129,12 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Sdk) -> std::io::Resu
     };
     std::fs::create_dir_all(root)?;
     std::fs::write(root.join(source), fill(text))?;
-    std::fs::write(root.join("sample.jsonl"), super::SAMPLE)?;
-    std::fs::write(
-        root.join("pipeline.yaml"),
-        fill(super::PIPELINE).replace("{{plugin}}", "stage.wasm"),
-    )?;
-    std::fs::write(root.join("README.md"), fill(README))?;
     let ignore = match lang {
         Lang::Js => "*.wasm\nrejected.jsonl\nnode_modules/\n",
         Lang::Python => "*.wasm\nrejected.jsonl\n.venv/\n",
         _ => "*.wasm\nrejected.jsonl\n",
     };
-    std::fs::write(root.join(".gitignore"), ignore)?;
+    super::write_common(root, name, limits, &fill(README), ignore)?;
     match (lang, sdk) {
         (Lang::Js, sdk) => {
             let spec = match sdk {

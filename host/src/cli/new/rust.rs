@@ -132,14 +132,12 @@ pub fn scaffold(root: &Path, name: &str, sdk: &Sdk) -> std::io::Result<()> {
     std::fs::create_dir_all(root.join("src"))?;
     std::fs::write(root.join("Cargo.toml"), cargo)?;
     std::fs::write(root.join("src/lib.rs"), fill(LIB_RS))?;
-    std::fs::write(root.join("sample.jsonl"), super::SAMPLE)?;
-    std::fs::write(
-        root.join("pipeline.yaml"),
-        fill(super::PIPELINE)
-            .replace("{{plugin}}", "stage.wasm")
-            .replace("{{limits}}", ""),
+    super::write_common(
+        root,
+        name,
+        "",
+        &fill(README),
+        "/target\n*.wasm\nrejected.jsonl\n",
     )?;
-    std::fs::write(root.join("README.md"), fill(README))?;
-    std::fs::write(root.join(".gitignore"), "/target\n*.wasm\nrejected.jsonl\n")?;
     super::write_script(&root.join("build.sh"), &fill(BUILD_SH))
 }
