@@ -7,10 +7,11 @@
 //! * `c_typed`, `python_typed`, `js_typed`: the typed per-message path;
 //! * `python_batch`, `js_batch`: the same Python and JavaScript components on the packed path
 //!   (their SDKs export both); `js_aot_batch`: the JS stage built with `weir-build-js --aot`;
+//! * `go_batch`, `go_typed`: the Go SDK component (Go 1.24+, wasip1) on both paths;
 //! * `floor/*`: a Python and a JavaScript stage that only read the value and keep it (the
 //!   boundary and interpreter entry without the JSON work).
 //!
-//! The C, Python and JavaScript components are built by `scripts/build-plugins` (run first with
+//! The C, Python, JavaScript and Go components are built by `scripts/build-plugins` (run first with
 //! `cargo build --release -p weir`; the bench builds them when missing).
 //! Run: `cargo bench -p weir-benches --bench languages` (results: docs/BENCHMARKS.md).
 
@@ -69,6 +70,8 @@ fn orders(c: &mut Criterion) {
         ("js_typed", "orders-js", ContractChoice::Typed),
         ("js_batch", "orders-js", ContractChoice::Batch),
         ("js_aot_batch", "orders-js-aot", ContractChoice::Batch),
+        ("go_batch", "orders-go", ContractChoice::Batch),
+        ("go_typed", "orders-go", ContractChoice::Typed),
     ] {
         let path = languages::plugin(&weir, plugin);
         let mut inst = instance(&engine, &path, contract, &CONFIG);

@@ -271,8 +271,8 @@ fn a_python_stage_gets_no_files_environment_or_network_unless_granted() {
 }
 
 #[test]
-fn python_and_js_stages_that_trap_loop_or_hoard_memory_are_contained() {
-    for lang in ["python", "js"] {
+fn python_js_and_go_stages_that_trap_loop_or_hoard_memory_are_contained() {
+    for lang in ["python", "js", "go"] {
         let s = scratch!();
         // A deadline with room: it is wall-clock time, and on a loaded machine (a fresh CI run
         // builds and compiles other stages meanwhile) 300 ms once ran out on the first message
@@ -768,4 +768,42 @@ fn the_go_sdk_and_examples_pass_go_vet_and_their_native_tests() {
             );
         }
     }
+}
+
+/// Go's runtime in the sandbox: a goroutine runs within the call, `time.Sleep` sleeps (and a
+/// sleep past the deadline is cut there, a trap like a loop), no file or environment variable
+/// is visible, and the heap at the first message is small.
+#[test]
+fn a_go_stage_runs_goroutines_and_sleeps_and_sees_no_files_or_environment() {
+    let s = scratch!();
+    let r = probe(
+        &s,
+        "probe-go",
+        &[
+            "goroutine",
+            "sleep:50",
+            "read-file",
+            "env",
+            "memory",
+            "sleep:5000",
+        ],
+        "    limits:\n      timeout: 2s\n",
+    );
+    assert_eq!(r.len(), 6, "{r:?}");
+    assert_eq!(r[0], "probe: goroutine answered 42");
+    let slept: u64 = r[1]
+        .strip_prefix("probe: slept ")
+        .and_then(|t| t.strip_suffix(" ms"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", r[1]));
+    assert!((50..2000).contains(&slept), "{}", r[1]);
+    assert!(r[2].starts_with("probe: file read denied"), "{}", r[2]);
+    assert_eq!(r[3], "probe: 0 environment variables");
+    let heap_kib: u64 = r[4]
+        .strip_prefix("probe: heap ")
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", r[4]));
+    assert!(heap_kib < 4096, "{}", r[4]);
+    assert!(r[5].contains("deadline of 2s exceeded"), "{}", r[5]);
 }
