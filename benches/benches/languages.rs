@@ -8,8 +8,8 @@
 //! * `python_batch`, `js_batch`: the same Python and JavaScript components on the packed path
 //!   (their SDKs export both); `js_aot_batch`: the JS stage built with `weir-build-js --aot`;
 //! * `go_batch`, `go_typed`: the Go SDK component (Go 1.24+, wasip1) on both paths;
-//! * `floor/*`: a Python and a JavaScript stage that only read the value and keep it (the
-//!   boundary and interpreter entry without the JSON work).
+//! * `floor/*`: a Python, a JavaScript and a Go stage that only read the value and keep it
+//!   (the boundary and interpreter or runtime entry without the JSON work).
 //!
 //! The C, Python, JavaScript and Go components are built by `scripts/build-plugins` (run first with
 //! `cargo build --release -p weir`; the bench builds them when missing).
@@ -106,6 +106,8 @@ fn orders(c: &mut Criterion) {
         ("python_batch", "probe-python", ContractChoice::Batch),
         ("js_typed", "probe-js", ContractChoice::Typed),
         ("js_batch", "probe-js", ContractChoice::Batch),
+        ("go_typed", "probe-go", ContractChoice::Typed),
+        ("go_batch", "probe-go", ContractChoice::Batch),
     ] {
         let path = languages::plugin(&weir, plugin);
         let mut inst = instance(&engine, &path, contract, &[]);

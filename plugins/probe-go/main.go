@@ -6,11 +6,14 @@
 //	memory      the Go heap and the runtime's memory from the OS (runtime.MemStats)
 //	goroutine   a goroutine's answer over a channel, within the call
 //	sleep:MS    time.Sleep for MS milliseconds, and how long it took
+//	state:N     set an N-byte value in the bucket `probe`, read it back 20 times (with
+//	            garbage made between the reads), and with get-many: `state ok` or what differed
 //	loop        spin forever                bomb         allocate until the memory cap
 //	trap        panic                       anything else passes unchanged
 package main
 
 import (
+	"bytes"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,6 +55,8 @@ func probe(m *weir.Message, _ weir.Metadata) weir.Outcome {
 		t := time.Now()
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 		return weir.Reject("probe: slept " + strconv.FormatInt(time.Since(t).Milliseconds(), 10) + " ms")
+	case strings.HasPrefix(v, "state:"):
+		return weir.Reject("probe: " + stateRoundTrip(v))
 	case v == "loop":
 		for n := 0; ; n++ {
 			if n < 0 {
@@ -66,6 +71,35 @@ func probe(m *weir.Message, _ weir.Metadata) weir.Outcome {
 		panic("probe asked to trap")
 	}
 	return weir.Keep()
+}
+
+// stateRoundTrip stores a value of the size after `state:` and reads it back: the host writes
+// each answer into memory it asks the SDK for while the call is in progress.
+func stateRoundTrip(v string) string {
+	n, err := strconv.Atoi(v[len("state:"):])
+	if err != nil {
+		return "state: " + err.Error()
+	}
+	b, err := weir.OpenBucket("probe")
+	if err != nil {
+		return "state: " + err.Error()
+	}
+	want := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
+	if err := b.Set(v, want); err != nil {
+		return "state: set: " + err.Error()
+	}
+	for i := 0; i < 20; i++ {
+		hoard = append(hoard[:0], make([]byte, 256<<10)) // garbage between the reads
+		got, ok, err := b.Get(v)
+		if err != nil || !ok || !bytes.Equal(got, want) {
+			return "state: read " + strconv.Itoa(i) + " differs"
+		}
+	}
+	many, err := b.GetMany([]string{v, "absent", v})
+	if err != nil || len(many) != 3 || !bytes.Equal(many[0], want) || many[1] != nil || !bytes.Equal(many[2], want) {
+		return "state: get-many differs"
+	}
+	return "state ok"
 }
 
 func init() { weir.Stage(probe) }

@@ -8,8 +8,39 @@ package weir
 
 import (
 	"encoding/binary"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"unsafe"
 )
+
+// The runtime's own collection trigger is off: a collection it starts inside an allocation
+// calls WASI imports (the clock, the scheduler's yield), and an allocation may be the host's
+// `cabi_realloc` call while it lowers a call's arguments or a state call's answer, where the
+// component model forbids leaving the instance (the call traps: "cannot leave component
+// instance"; it happened about once in 30,000 calls of a stage that only reads its
+// messages). The SDK collects at the end of an export call instead, when the heap has grown to
+// twice what the last collection kept (at least 4 MiB), as GOGC=100 would.
+func init() { debug.SetGCPercent(-1) }
+
+const minHeapGoal = 4 << 20
+
+var (
+	heapGoal  uint64 = minHeapGoal
+	heapNow          = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	heapAfter        = heapNow
+)
+
+// collect runs a garbage collection when the heap has reached its goal, and sets the next.
+func collect() {
+	metrics.Read(heapNow)
+	if heapNow[0].Value.Uint64() < heapGoal {
+		return
+	}
+	runtime.GC()
+	metrics.Read(heapAfter)
+	heapGoal = max(2*heapAfter[0].Value.Uint64(), minHeapGoal)
+}
 
 // Host-written arguments (through cabi_realloc) and results the host reads: kept alive until
 // the next call, since the garbage collector cannot see addresses held as integers.
@@ -61,14 +92,25 @@ func cabiRealloc(old, oldSize, align, newSize uint32) uint32 {
 // The WASI adapter allocates its own state while Go's runtime starts (`_initialize`, on Go's
 // system stack), before Go's heap can be used: it gets a static area instead. The function
 // must stay a leaf with no runtime call (no panic, no bounds check): anything that may grow
-// the stack traps there (`runtime.badsystemstack`). The adapter asks for a few KiB once.
-var adapterArea [1 << 16]byte
+// the stack traps there (`runtime.badsystemstack`). The adapter asks for 64 KiB twice (its
+// state and its buffers, measured with Go 1.26 and wasmtime 48's adapter); an area that
+// held one of them let the second run over Go's globals and the runtime's page allocator
+// failed later ("fatal error: too many pages allocated in chunk?", about once in 500
+// messages). A request past the area traps at once (a load outside linear memory) instead.
+const adapterSize = 256 << 10
+
+var adapterArea [adapterSize]byte
 var adapterUsed uint32
 
 //go:wasmexport cabi_realloc_adapter
+//go:nosplit
 func cabiReallocAdapter(old, oldSize, align, newSize uint32) uint32 {
 	base := uint32(uintptr(unsafe.Pointer(&adapterArea[0])))
 	p := (base + adapterUsed + align - 1) &^ (align - 1)
+	if p-base+newSize > adapterSize {
+		// A load at the last address of 32-bit memory: a trap, with no runtime call.
+		return uint32(*(*byte)(unsafe.Pointer(uintptr(unsafe.Pointer(&adapterArea[0])) + uintptr(0xFFFF_FFFF-base))))
+	}
 	adapterUsed = p - base + newSize
 	return p
 }
@@ -160,6 +202,7 @@ func exportInit(ptr, n uint32) uint32 {
 		mem(ret, 1)[0] = 1
 		putBytes(ret+4, []byte(err.Error()))
 	}
+	collect()
 	return ret
 }
 
@@ -187,5 +230,6 @@ func exportProcess(args uint32) uint32 {
 	case KindReject, KindFail:
 		putBytes(ret+4, []byte(out.reason))
 	}
+	collect()
 	return ret
 }

@@ -150,5 +150,6 @@ func exportProcessBatch(ptr, n uint32) uint32 {
 	ret := alloc(8, 4) // list<u8>: (ptr, len)
 	put32(ret, addr(res))
 	put32(ret+4, uint32(len(res)))
+	collect()
 	return ret
 }

@@ -79,16 +79,13 @@ impl StageState {
         &mut self.table
     }
 
-    /// The last lines the guest wrote to stderr (e.g. a panic message), trimmed.
+    /// The last lines the guest wrote to stderr (e.g. a panic message), trimmed: the last 2
+    /// KiB, or, when a longer crash report ends it (Go prints every goroutine's stack after
+    /// `panic: ` or `fatal error: `), its first KiB, ` … ` and its last.
     pub fn stderr_tail(&self) -> String {
         let bytes = self.stderr.contents();
         let text = String::from_utf8_lossy(&bytes);
-        let text = text.trim();
-        let start = text.len().saturating_sub(2048);
-        let start = (start..=text.len())
-            .find(|i| text.is_char_boundary(*i))
-            .unwrap_or(0);
-        text[start..].to_owned()
+        crash_report(text.trim())
     }
 }
 
@@ -189,5 +186,57 @@ impl wasmtime::ResourceLimiter for MemoryCap {
     }
     fn memories(&self) -> usize {
         MAX_STORE_OBJECTS
+    }
+}
+
+/// At most 2 KiB of `text`'s end, keeping the first line of the last crash report (see
+/// [`StageState::stderr_tail`]).
+fn crash_report(text: &str) -> String {
+    const TAIL: usize = 2048;
+    let boundary = |i: usize| {
+        (i..=text.len())
+            .find(|j| text.is_char_boundary(*j))
+            .unwrap_or(0)
+    };
+    if text.len() <= TAIL {
+        return text.to_owned();
+    }
+    let crash = ["panic: ", "fatal error: "]
+        .iter()
+        .filter_map(|m| {
+            if text.starts_with(m) {
+                Some(0)
+            } else {
+                text.rfind(&format!("\n{m}")).map(|i| i + 1)
+            }
+        })
+        .max();
+    match crash {
+        Some(at) if at < text.len() - TAIL => {
+            let head_end = boundary(at + TAIL / 2);
+            let tail_start = boundary(text.len() - TAIL / 2);
+            format!("{} … {}", &text[at..head_end], &text[tail_start..])
+        }
+        _ => text[boundary(text.len() - TAIL)..].to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crash_report;
+
+    #[test]
+    fn a_long_crash_report_keeps_its_first_line_and_its_end() {
+        let stacks = "goroutine 2 [idle]:\nruntime.gopark(...)\n".repeat(200);
+        let text = format!("log line\nfatal error: out of memory\n\n{stacks}the end");
+        let r = crash_report(&text);
+        assert!(r.starts_with("fatal error: out of memory"), "{r}");
+        assert!(r.ends_with("the end") && r.contains(" … "), "{r}");
+        assert!(r.len() <= 2048 + 8, "{}", r.len());
+        // Short stderr is kept whole; a long one without a crash report keeps its end.
+        assert_eq!(crash_report("panic: short"), "panic: short");
+        let plain = "x".repeat(5000) + "tail";
+        assert_eq!(crash_report(&plain).len(), 2048);
+        assert!(crash_report(&plain).ends_with("tail"));
     }
 }
