@@ -5,7 +5,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	weir "weir.dev/sdk"
@@ -32,24 +31,19 @@ func (o *orders) process(m *weir.Message, _ weir.Metadata) weir.Outcome {
 	if m.Value == nil {
 		return weir.Reject("no value")
 	}
-	doc, err := exactjson.Parse(m.Value)
-	if err != nil {
+	// Read in place: the text is checked whole, the top-level members found, nothing built.
+	obj, err := exactjson.ReadObject(m.Value)
+	if err == exactjson.ErrNotObject {
+		return weir.Reject("not a JSON object")
+	} else if err != nil {
 		return weir.Reject("malformed JSON")
 	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return weir.Reject("not a JSON object")
-	}
-	if s, ok := obj[o.field].(string); !ok || s != o.equals {
+	if s, ok := obj.String(o.field); !ok || s != o.equals {
 		return weir.Drop()
 	}
-	obj[o.tag] = o.tagValue
+	obj.SetString(o.tag, o.tagValue)
 	out := *m
-	v, err := json.Marshal(obj)
-	if err != nil {
-		return weir.Fail(err.Error())
-	}
-	out.Value = v
+	out.Value = obj.Bytes()
 	return weir.Next(out)
 }
 

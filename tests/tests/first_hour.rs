@@ -660,8 +660,16 @@ fn each_sdks_api_reference_names_every_function_with_an_example() {
     check("c", "sdk/c/API.md", c);
     // Go: the reference is `go doc`, its examples `sdk/go/example_test.go` (which `go test`
     // runs): every exported function and method has one (`ExampleName`, `ExampleType_Method`).
+    for (dir, min) in [("sdk/go", 20), ("sdk/go/exactjson", 5)] {
+        check_go_examples(dir, min);
+    }
+}
+
+/// Every exported function and method of the Go package in `dir` has an example in its
+/// `example_test.go` (`ExampleName`, `ExampleType_Method`); at least `min` exports found.
+fn check_go_examples(dir: &str, min: usize) {
     let mut go = Vec::new();
-    for entry in std::fs::read_dir(root().join("sdk/go")).unwrap() {
+    for entry in std::fs::read_dir(root().join(dir)).unwrap() {
         let file = entry.unwrap().path();
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         if !name.ends_with(".go") || name.ends_with("_test.go") {
@@ -688,14 +696,14 @@ fn each_sdks_api_reference_names_every_function_with_an_example() {
             }
         }
     }
-    let examples = read("sdk/go/example_test.go");
+    let examples = std::fs::read_to_string(root().join(dir).join("example_test.go")).unwrap();
     let missing: Vec<_> = go
         .iter()
         .filter(|f| !examples.contains(&format!("func Example{f}()")))
         .collect();
     assert!(
         missing.is_empty(),
-        "go: sdk/go/example_test.go has no example of {missing:?}"
+        "go: {dir}/example_test.go has no example of {missing:?}"
     );
-    assert!(go.len() >= 20, "go: found the exports: {go:?}");
+    assert!(go.len() >= min, "go: found the exports of {dir}: {go:?}");
 }

@@ -23,7 +23,8 @@ func Parse(b []byte) (any, error) {
 	if err := d.Decode(&v); err != nil {
 		return nil, err
 	}
-	if d.More() {
+	// (Decoder.More says false at a `}` or `]`: the rest is checked instead.)
+	if len(bytes.TrimLeft(b[d.InputOffset():], " \t\r\n")) > 0 {
 		return nil, errors.New("data after the value")
 	}
 	return v, nil
