@@ -5,10 +5,10 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 
 	weir "weir.dev/sdk"
-	"weir.dev/sdk/exactjson"
+	"weir.dev/sdk/jsonobject"
 )
 
 type orders struct{ field, equals, tag, tagValue string }
@@ -20,7 +20,7 @@ func (o *orders) setup(c weir.Config) error {
 	}{{"field", &o.field}, {"equals", &o.equals}, {"tag", &o.tag}, {"tag_value", &o.tagValue}} {
 		v, ok := c[k.name]
 		if !ok {
-			return fmt.Errorf("missing config key `%s`", k.name)
+			return errors.New("missing config key `" + k.name + "`")
 		}
 		*k.to = v
 	}
@@ -32,8 +32,8 @@ func (o *orders) process(m *weir.Message, _ weir.Metadata) weir.Outcome {
 		return weir.Reject("no value")
 	}
 	// Read in place: the text is checked whole, the top-level members found, nothing built.
-	obj, err := exactjson.ReadObject(m.Value)
-	if err == exactjson.ErrNotObject {
+	obj, err := jsonobject.Read(m.Value)
+	if err == jsonobject.ErrNotObject {
 		return weir.Reject("not a JSON object")
 	} else if err != nil {
 		return weir.Reject("malformed JSON")

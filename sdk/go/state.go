@@ -2,7 +2,7 @@ package weir
 
 import (
 	"encoding/binary"
-	"fmt"
+	"strconv"
 )
 
 // Durable per-key state: the buckets a stage declares under `state` in the pipeline YAML
@@ -110,7 +110,7 @@ func (b *Bucket) GetInt(key string) (int64, bool, error) {
 		return 0, false, err
 	}
 	if len(v) != 8 {
-		return 0, false, &StateError{Other, fmt.Sprintf("key %q holds %d bytes, not a number", key, len(v))}
+		return 0, false, &StateError{Other, "key " + strconv.Quote(key) + " holds " + strconv.Itoa(len(v)) + " bytes, not a number"}
 	}
 	return int64(binary.LittleEndian.Uint64(v)), true, nil
 }

@@ -1,18 +1,23 @@
-package exactjson
+// Package jsonobject reads a JSON object in place, as the other Weir SDKs' parsers check JSON
+// (the Rust SDK's `weir_sdk::json`, the C SDK's scanner): the whole text is checked (UTF-8,
+// RFC 8259's grammar, encoding/json's nesting limit), the top-level members are found in the
+// same pass, and nothing is built for nested values, which stay their exact text. A stage that
+// reads a few members and sets one pays for a scan, not a tree. The package does not use
+// encoding/json or fmt, so a stage that reads JSON only this way leaves them (and reflect) out
+// of its component.
+package jsonobject
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
+	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// ErrNotObject is what [ReadObject] answers for valid JSON that is not an object.
+// ErrNotObject is what [Read] answers for valid JSON that is not an object.
 var ErrNotObject = errors.New("not a JSON object")
 
-// Object is a JSON object read in place: the whole text checked as [Parse] checks it, then
-// its top-level members found in one pass, each value kept as its text (nothing is built for
-// nested values). A stage that reads a few members and sets one pays for a scan, not a tree;
+// Object is a JSON object read in place: each top-level member's value kept as its text.
 // [Object.Bytes] writes the object back with its members in their order.
 type Object struct {
 	members []member
@@ -25,8 +30,9 @@ type member struct {
 	value []byte
 }
 
-// ReadObject reads the JSON object in b (b must stay unchanged while the Object is used).
-func ReadObject(b []byte) (*Object, error) {
+// Read reads the JSON object in b (b must stay unchanged while the Object is used). Invalid
+// JSON is an error that says where; valid JSON that is not an object is [ErrNotObject].
+func Read(b []byte) (*Object, error) {
 	if !utf8.Valid(b) {
 		return nil, errors.New("not UTF-8")
 	}
@@ -52,13 +58,7 @@ func ReadObject(b []byte) (*Object, error) {
 			return nil, invalid(b)
 		}
 		m := member{raw: b[i:end], key: b[i+1 : end-1]}
-		if bytes.IndexByte(m.raw, '\\') >= 0 {
-			var key string
-			if err := json.Unmarshal(m.raw, &key); err != nil {
-				return nil, err
-			}
-			m.key = []byte(key)
-		}
+		m.key = unescape(m.key)
 		i = skipSpace(b, end)
 		if i == len(b) || b[i] != ':' {
 			return nil, invalid(b)
@@ -77,18 +77,28 @@ func ReadObject(b []byte) (*Object, error) {
 	return o, nil
 }
 
-// invalid says what is wrong with text the scanner refused (encoding/json's words).
+// invalid says where the scanner refused b: the first byte that cannot continue a JSON text.
 func invalid(b []byte) error {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
+	at := firstBad(b)
+	if at >= len(b) {
+		return errors.New("invalid JSON: unexpected end")
 	}
-	return errors.New("invalid JSON")
+	return errors.New("invalid JSON at byte " + strconv.Itoa(at) + ": " + strconv.QuoteRune(rune(b[at])))
+}
+
+// firstBad returns the index where the scan of b stops (len(b): it ended too soon).
+func firstBad(b []byte) int {
+	i := skipSpace(b, 0)
+	end, ok := value(b, i, 0)
+	if !ok {
+		return end
+	}
+	return skipSpace(b, end)
 }
 
 // Get returns the text of the member key's value (the last member of that name, as Parse
 // keeps), and whether there is one.
-func (o *Object) Get(key string) (json.RawMessage, bool) {
+func (o *Object) Get(key string) ([]byte, bool) {
 	for i := len(o.members) - 1; i >= 0; i-- {
 		if string(o.members[i].key) == key {
 			return o.members[i].value, true
@@ -103,16 +113,12 @@ func (o *Object) String(key string) (string, bool) {
 	if !ok || v[0] != '"' {
 		return "", false
 	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true
-	}
-	var s string
-	return s, json.Unmarshal(v, &s) == nil
+	return string(unescape(v[1 : len(v)-1])), true
 }
 
 // Set sets the member key to value (JSON text, not checked): every member of that name is
 // replaced by one, at the end.
-func (o *Object) Set(key string, value json.RawMessage) {
+func (o *Object) Set(key string, value []byte) {
 	kept := o.members[:0]
 	for _, m := range o.members {
 		if string(m.key) != key {
@@ -179,6 +185,76 @@ func (o *Object) Bytes() []byte {
 		out = append(out, m.value...)
 	}
 	return append(out, '}')
+}
+
+// unescape returns the text of a checked JSON string's content (s itself when it has no
+// escape). A lone surrogate escape becomes U+FFFD, as encoding/json decodes it.
+func unescape(s []byte) []byte {
+	i := 0
+	for i < len(s) && s[i] != '\\' {
+		i++
+	}
+	if i == len(s) {
+		return s
+	}
+	out := append(make([]byte, 0, len(s)), s[:i]...)
+	for i < len(s) {
+		c := s[i]
+		if c != '\\' {
+			out = append(out, c)
+			i++
+			continue
+		}
+		e := s[i+1]
+		i += 2
+		switch e {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hexRune(s[i : i+4])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					r2 = hexRune(s[i+2 : i+6])
+				}
+				if pair := utf16.DecodeRune(r, r2); pair != utf8.RuneError {
+					r = pair
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default: // `"`, `\`, `/`
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func hexRune(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // The scanner: RFC 8259's grammar, as encoding/json checks it (the same nesting limit);

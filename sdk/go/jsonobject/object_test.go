@@ -1,4 +1,4 @@
-package exactjson
+package jsonobject
 
 import (
 	"bufio"
@@ -7,13 +7,15 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"weir.dev/sdk/exactjson"
 )
 
-// ReadObject agrees with Parse on every input: the same verdict (an object, valid JSON that
+// Read agrees with exactjson.Parse (encoding/json) on every input: the same verdict (an object, valid JSON that
 // is not one, or an error), and an object written back by Bytes parses to the same value.
 // The seeds are the 35 values of the cross-language test and hostile shapes; `go test
-// -fuzz FuzzReadObjectAgreesWithParse` searches further.
-func FuzzReadObjectAgreesWithParse(f *testing.F) {
+// -fuzz FuzzReadAgreesWithParse` searches further.
+func FuzzReadAgreesWithParse(f *testing.F) {
 	for _, s := range []string{
 		`{}`, ` { } `, `{"a":1}`, `{"a":"}","b":[1,{"c":"]"}],"d":null}`, `{"a":1,"a":2}`,
 		`{"k\"ey":"v\\"}`, `{"\u00e9":"\ud83d\ude00"}`, `{"n":-0.5e10,"t":true,"f":false}`,
@@ -42,13 +44,13 @@ func FuzzReadObjectAgreesWithParse(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		want, perr := Parse(b)
-		o, err := ReadObject(b)
+		want, perr := exactjson.Parse(b)
+		o, err := Read(b)
 		_, isObject := want.(map[string]any)
 		switch {
 		case perr != nil:
 			if err == nil {
-				t.Fatalf("%q: ReadObject accepted what Parse refused (%v)", b, perr)
+				t.Fatalf("%q: Read accepted what Parse refused (%v)", b, perr)
 			}
 		case !isObject:
 			if err != ErrNotObject {
@@ -56,9 +58,9 @@ func FuzzReadObjectAgreesWithParse(f *testing.F) {
 			}
 		default:
 			if err != nil {
-				t.Fatalf("%q: ReadObject refused an object: %v", b, err)
+				t.Fatalf("%q: Read refused an object: %v", b, err)
 			}
-			got, err := Parse(o.Bytes())
+			got, err := exactjson.Parse(o.Bytes())
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%q: written back as %q (%v)", b, o.Bytes(), err)
 			}
@@ -67,7 +69,7 @@ func FuzzReadObjectAgreesWithParse(f *testing.F) {
 			if v, ok := o.String("k\"\u00e9\n"); !ok || v != "v\"\x01" {
 				t.Fatalf("%q: set and read back: %q %v", b, v, ok)
 			}
-			if back, err := Parse(o.Bytes()); err != nil || back.(map[string]any)["k\"\u00e9\n"] != "v\"\x01" {
+			if back, err := exactjson.Parse(o.Bytes()); err != nil || back.(map[string]any)["k\"\u00e9\n"] != "v\"\x01" {
 				t.Fatalf("%q: set, written %q: %v", b, o.Bytes(), err)
 			}
 			for k, v := range want.(map[string]any) {
