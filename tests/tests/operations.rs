@@ -456,3 +456,78 @@ fn json_logs_parse_line_by_line_and_name_the_message_they_are_about() {
     }
     assert!(Path::new(MISBEHAVE).exists());
 }
+
+/// The Kubernetes manifests (deploy/kubernetes) decode strictly with the projects' own Go
+/// types (`deploy/kubernetes/check`: k8s.io/api, KEDA's apis, prometheus-operator's
+/// monitoring/v1; an unknown field, a repeated one or a wrong type fails), and the check fails
+/// on broken copies, naming the field.
+#[test]
+fn the_kubernetes_manifests_decode_strictly_with_the_projects_types() {
+    let dir = root().join("deploy/kubernetes");
+    let check = root().join("target/k8s-check");
+    // A shell that did not read the login files may lack Go's folder (as weir-build-go).
+    let path = format!(
+        "{}:/usr/local/go/bin",
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&check)
+        .arg(".")
+        .current_dir(dir.join("check"))
+        .env("PATH", &path)
+        .output()
+        .expect("running go");
+    assert!(o.status.success(), "go build: {}", stderr(&o));
+    let manifests = [
+        "statefulset.yaml",
+        "service.yaml",
+        "poddisruptionbudget.yaml",
+        "podmonitor.yaml",
+        "scaledobject.yaml",
+    ];
+    let o = Command::new(&check)
+        .args(manifests)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert_eq!(out.lines().count(), 6, "every document checked: {out}");
+    // Each file in kustomization.yaml's resources is checked here.
+    let kustomization = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap();
+    for m in manifests {
+        assert!(kustomization.contains(&format!("  - {m}")), "{m}");
+    }
+    let s = scratch!();
+    for (file, from, to, field) in [
+        (
+            "statefulset.yaml",
+            "terminationGracePeriodSeconds: 45",
+            "terminationGracePeriodSecond: 45",
+            "unknown field \"terminationGracePeriodSecond\"",
+        ),
+        (
+            "scaledobject.yaml",
+            "maxReplicaCount: 8 ",
+            "maxReplicaCount: \"8\" ",
+            "spec.maxReplicaCount of type int32",
+        ),
+        (
+            "podmonitor.yaml",
+            "interval: 15s",
+            "intervall: 15s",
+            "unknown field \"intervall\"",
+        ),
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(text.contains(from), "{file}: {from}");
+        let broken = s.write(file, &text.replacen(from, to, 1));
+        let o = Command::new(&check).arg(&broken).output().unwrap();
+        assert!(
+            !o.status.success() && stderr(&o).contains(field),
+            "{file} with `{to}`: {}",
+            stderr(&o)
+        );
+    }
+}
