@@ -26,20 +26,19 @@ func init() { debug.SetGCPercent(-1) }
 const minHeapGoal = 4 << 20
 
 var (
-	heapGoal  uint64 = minHeapGoal
-	heapNow          = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	heapAfter        = heapNow
+	heapGoal uint64 = minHeapGoal
+	heap            = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 )
 
 // collect runs a garbage collection when the heap has reached its goal, and sets the next.
 func collect() {
-	metrics.Read(heapNow)
-	if heapNow[0].Value.Uint64() < heapGoal {
+	metrics.Read(heap)
+	if heap[0].Value.Uint64() < heapGoal {
 		return
 	}
 	runtime.GC()
-	metrics.Read(heapAfter)
-	heapGoal = max(2*heapAfter[0].Value.Uint64(), minHeapGoal)
+	metrics.Read(heap)
+	heapGoal = max(2*heap[0].Value.Uint64(), minHeapGoal)
 }
 
 // Host-written arguments (through cabi_realloc) and results the host reads: kept alive until

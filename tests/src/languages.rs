@@ -1,4 +1,4 @@
-//! Stages in C, Python and JavaScript for the tests: built from source, once per test binary,
+//! Stages in C, Python, JavaScript and Go for the tests: built from source, once per test binary,
 //! through `scripts/build-plugins` (which installs each language's pinned toolchain when it is
 //! missing) with the `weir` binary under test doing the bindings and component steps.
 
@@ -12,6 +12,20 @@ pub fn root() -> PathBuf {
         .parent()
         .expect("tests/ sits in the repository")
         .to_owned()
+}
+
+/// `go` run in `dir`, with Go's usual folder after the caller's PATH: a shell that did not
+/// read the login files may lack it (weir-build-go looks there too).
+pub fn go(dir: &Path) -> Command {
+    let mut cmd = Command::new("go");
+    cmd.current_dir(dir).env(
+        "PATH",
+        format!(
+            "{}:/usr/local/go/bin",
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    );
+    cmd
 }
 
 /// Where the components land.

@@ -740,21 +740,14 @@ fn the_examples_in_every_language_build_to_the_same_bytes_twice() {
 #[test]
 fn the_go_sdk_and_examples_pass_go_vet_and_their_native_tests() {
     let root = weir_tests::languages::root();
-    // A shell that did not read the login files may lack Go's folder (as weir-build-go).
-    let path = format!(
-        "{}:/usr/local/go/bin",
-        std::env::var("PATH").unwrap_or_default()
-    );
     for dir in ["sdk/go", "plugins/orders-go", "plugins/running-total-go"] {
         for (goos, args) in [
             ("", &["vet", "./..."][..]),
             ("wasip1", &["vet", "./..."]),
             ("", &["test", "-count=1", "./..."]),
         ] {
-            let mut cmd = std::process::Command::new("go");
-            cmd.args(args)
-                .current_dir(root.join(dir))
-                .env("PATH", &path);
+            let mut cmd = weir_tests::languages::go(&root.join(dir));
+            cmd.args(args);
             if !goos.is_empty() {
                 cmd.env("GOOS", goos).env("GOARCH", "wasm");
             }

@@ -465,17 +465,10 @@ fn json_logs_parse_line_by_line_and_name_the_message_they_are_about() {
 fn the_kubernetes_manifests_decode_strictly_with_the_projects_types() {
     let dir = root().join("deploy/kubernetes");
     let check = root().join("target/k8s-check");
-    // A shell that did not read the login files may lack Go's folder (as weir-build-go).
-    let path = format!(
-        "{}:/usr/local/go/bin",
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let o = Command::new("go")
+    let o = weir_tests::languages::go(&dir.join("check"))
         .args(["build", "-o"])
         .arg(&check)
         .arg(".")
-        .current_dir(dir.join("check"))
-        .env("PATH", &path)
         .output()
         .expect("running go");
     assert!(o.status.success(), "go build: {}", stderr(&o));

@@ -45,33 +45,8 @@ func Read(b []byte) (*Object, error) {
 	}
 	o := &Object{}
 	o.members = o.first[:0]
-	i = skipSpace(b, i+1)
-	for i < len(b) && b[i] != '}' {
-		if len(o.members) > 0 {
-			if b[i] != ',' {
-				return nil, invalid(b)
-			}
-			i = skipSpace(b, i+1)
-		}
-		end, ok := stringEnd(b, i)
-		if !ok {
-			return nil, invalid(b)
-		}
-		m := member{raw: b[i:end], key: b[i+1 : end-1]}
-		m.key = unescape(m.key)
-		i = skipSpace(b, end)
-		if i == len(b) || b[i] != ':' {
-			return nil, invalid(b)
-		}
-		i = skipSpace(b, i+1)
-		if end, ok = value(b, i, 1); !ok {
-			return nil, invalid(b)
-		}
-		m.value = b[i:end]
-		o.members = append(o.members, m)
-		i = skipSpace(b, end)
-	}
-	if i == len(b) || skipSpace(b, i+1) != len(b) {
+	end, ok := container(b, i, 1, o)
+	if !ok || skipSpace(b, end) != len(b) {
 		return nil, invalid(b)
 	}
 	return o, nil
@@ -281,7 +256,7 @@ func value(b []byte, i, depth int) (int, bool) {
 		if depth >= maxDepth {
 			return i, false
 		}
-		return container(b, i, depth+1)
+		return container(b, i, depth+1, nil)
 	case c == '-' || (c >= '0' && c <= '9'):
 		return number(b, i)
 	case c == 't':
@@ -301,8 +276,9 @@ func literal(b []byte, i int, word string) (int, bool) {
 	return i, false
 }
 
-// container reads an object or an array whose bracket is at b[i].
-func container(b []byte, i, depth int) (int, bool) {
+// container reads an object or an array whose bracket is at b[i]; an object's members go
+// into `into` when it is not nil (the top level of [Read]).
+func container(b []byte, i, depth int, into *Object) (int, bool) {
 	object := b[i] == '{'
 	closing := byte(']')
 	if object {
@@ -314,17 +290,25 @@ func container(b []byte, i, depth int) (int, bool) {
 	}
 	for {
 		var ok bool
+		var m member
 		if object {
+			start := i
 			if i, ok = stringEnd(b, i); !ok {
 				return i, false
 			}
+			m.raw = b[start:i]
 			if i = skipSpace(b, i); i == len(b) || b[i] != ':' {
 				return i, false
 			}
 			i = skipSpace(b, i+1)
 		}
+		start := i
 		if i, ok = value(b, i, depth); !ok {
 			return i, false
+		}
+		if into != nil {
+			m.key, m.value = unescape(m.raw[1:len(m.raw)-1]), b[start:i]
+			into.members = append(into.members, m)
 		}
 		if i = skipSpace(b, i); i == len(b) {
 			return i, false
