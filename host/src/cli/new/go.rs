@@ -42,9 +42,7 @@ pub fn scaffold(root: &Path, name: &str, sdk: &Sdk) -> std::io::Result<()> {
         Sdk::Folder(dir) => dir.display().to_string(),
         Sdk::Registry | Sdk::Packed(_) => unreachable!("the Go SDK is a folder"),
     };
-    let weir = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "weir".into());
+    let weir = super::this_weir();
     let fill = |t: &str| {
         t.replace("{{name}}", name)
             .replace("{{sdk}}", &folder)

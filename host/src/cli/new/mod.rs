@@ -240,9 +240,7 @@ pub fn new(args: &NewArgs) -> ExitCode {
 /// put it on PATH when the shell does not find it (the `scripts/install` of the checkout it was
 /// built from, or of the one `--sdk` names). `build_calls_weir`: whether `build.sh` needs it.
 fn weir_note(sdk: &Sdk, build_calls_weir: bool) -> String {
-    let exe = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "weir".into());
+    let exe = this_weir();
     let source = match sdk {
         Sdk::Folder(dir) => dir.join("../.."),
         Sdk::Registry | Sdk::Packed(_) => checkout(),
@@ -263,6 +261,14 @@ fn weir_note(sdk: &Sdk, build_calls_weir: bool) -> String {
         "\n`weir` is the binary that created this project, `{exe}`. If your shell does not find \
          `weir`, run {install} (it links `weir` into `~/.cargo/bin`), or call it by that path.{build}\n"
     )
+}
+
+/// The path of this `weir` binary (the one a scaffold's `build.sh` and README name), or
+/// `weir` when it cannot be told.
+fn this_weir() -> String {
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "weir".into())
 }
 
 /// Writes `build.sh` executable.

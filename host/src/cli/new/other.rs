@@ -76,9 +76,7 @@ pub fn scaffold(lang: Lang, root: &Path, name: &str, sdk: &Sdk) -> std::io::Resu
     } else {
         ""
     };
-    let weir = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "weir".into());
+    let weir = super::this_weir();
     let folder = match sdk {
         Sdk::Folder(dir) => dir.display().to_string(),
         Sdk::Registry | Sdk::Packed(_) => String::new(),
